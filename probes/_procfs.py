@@ -1,0 +1,102 @@
+"""Small readers of /proc files shared by several probes (not a probe: leading underscore).
+
+/proc races are normal control flow: a pid or fd that vanishes between listing and reading is
+skipped (returns None), never an error (the psutil way).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+_SECRET_KEY = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE|CREDENTIAL|AUTH)", re.I)
+_SECRET_ARG = re.compile(r"^(--?[\w-]*(?:token|secret|password|passwd|api[-_]?key|access[-_]?key|auth)[\w-]*)(=.*)?$", re.I)
+REDACTED = "<redacted>"
+
+
+def read_text(path: Path, limit: int = 1 << 20) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError, OSError):
+        return None
+
+
+def read_cmdline(proc_pid: Path) -> list[str] | None:
+    raw = read_text(proc_pid / "cmdline")
+    if raw is None:
+        return None
+    parts = raw.split("\0")
+    while parts and parts[-1] == "":
+        parts.pop()
+    if len(parts) == 1 and "  " in parts[0]:
+        # setproctitle may pad with spaces instead of NULs.
+        parts = [parts[0].rstrip()]
+    return parts
+
+
+def parse_stat(text: str) -> dict[str, int | str] | None:
+    """Fields of /proc/<pid>/stat we need. comm may hold spaces and parens: split at the last ')'."""
+    end = text.rfind(")")
+    if end < 0:
+        return None
+    rest = text[end + 2:].split()
+    if len(rest) < 22:
+        return None
+    return {
+        "state": rest[0],
+        "ppid": int(rest[1]),
+        "pgid": int(rest[2]),
+        "utime_ticks": int(rest[11]),
+        "stime_ticks": int(rest[12]),
+        "num_threads": int(rest[17]),
+        "starttime_ticks": int(rest[19]),
+        "rss_pages": int(rest[21]),
+    }
+
+
+def list_pids(proc_root: Path) -> list[int]:
+    try:
+        return sorted(int(name) for name in os.listdir(proc_root) if name.isdigit())
+    except OSError:
+        return []
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        m = _SECRET_ARG.match(arg)
+        if m and m.group(2):
+            out.append(f"{m.group(1)}={REDACTED}")
+        elif m:
+            out.append(arg)
+            hide_next = True
+        else:
+            out.append(_redact_inline(arg))
+    return out
+
+
+def _redact_inline(arg: str) -> str:
+    # KEY=value pairs and bearer tokens inside one argument (e.g. an env prefix or a URL).
+    arg = re.sub(r"((?:[A-Za-z_]*(?:TOKEN|SECRET|PASSWORD|API_KEY)[A-Za-z_]*)=)\S+", r"\1" + REDACTED, arg, flags=re.I)
+    arg = re.sub(r"(Bearer\s+)\S+", r"\1" + REDACTED, arg, flags=re.I)
+    return re.sub(r"(://[^/:@\s]+:)[^@/\s]+@", r"\1" + REDACTED + "@", arg)
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if _SECRET_KEY.search(k) else _redact_inline(v)) for k, v in env.items()}
+
+
+def parse_environ(raw: str, keep: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in raw.split("\0"):
+        key, sep, value = item.partition("=")
+        if sep and key.startswith(keep):
+            out[key] = value
+    return redact_env(out)

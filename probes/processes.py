@@ -1,0 +1,165 @@
+"""Every vLLM process and its tree: titles, roles, ranks, state, threads, resources."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from vllmdiag.probes._procfs import list_pids, parse_environ, parse_stat, read_cmdline, read_text, redact_argv
+
+from vllmdiag.context import Context
+from vllmdiag.probe import ProbeSpec
+from vllmdiag.titles import parse_cmdline
+
+SPEC = ProbeSpec(
+    name="processes",
+    layer="process",
+    description="vLLM processes (titles, roles, ranks, state, tree, threads, fds, limits)",
+    timeout_s=3.0,
+)
+
+ENV_KEEP = ("VLLM_", "NCCL_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "TORCH_NCCL", "TORCH_DISTRIBUTED",
+            "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HF_TOKEN", "TMPDIR")
+SEED_ROLES = {"api_server", "engine_core", "worker", "dp_coordinator", "api_server_child", "vllm_other"}
+
+
+def collect(ctx: Context) -> dict[str, Any]:
+    ticks = os.sysconf("SC_CLK_TCK")
+    page = os.sysconf("SC_PAGE_SIZE")
+    btime = _boot_time(ctx.proc_root)
+    table: dict[int, dict[str, Any]] = {}
+    for pid in list_pids(ctx.proc_root):
+        base = ctx.proc(pid)
+        stat_text = read_text(base / "stat")
+        stat = parse_stat(stat_text) if stat_text else None
+        if stat is None:
+            continue  # vanished
+        argv = read_cmdline(base) or []
+        table[pid] = {"pid": pid, "argv": argv, "stat": stat, "comm": (read_text(base / "comm") or "").strip()}
+    chosen = _select(table, ctx.title_prefix)
+    now = _uptime(ctx.proc_root)
+    procs = [_describe(ctx, table[pid], ticks, page, btime, now) for pid in sorted(chosen)]
+    return {
+        "title_prefix": ctx.title_prefix,
+        "pid_count": len(table),
+        "self_pid": os.getpid(),
+        "processes": [p for p in procs if p is not None],
+    }
+
+
+def _select(table: dict[int, dict[str, Any]], prefix: str) -> set[int]:
+    """vLLM seeds plus all their descendants (zombies have no cmdline; only the tree finds them)."""
+    children: dict[int, list[int]] = {}
+    for pid, row in table.items():
+        children.setdefault(int(row["stat"]["ppid"]), []).append(pid)
+    seeds = set()
+    for pid, row in table.items():
+        info = parse_cmdline(row["argv"], prefix)
+        row["info"] = info
+        if info.role in SEED_ROLES:
+            seeds.add(pid)
+    chosen = set(seeds)
+    todo = list(seeds)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in chosen:
+                chosen.add(child)
+                todo.append(child)
+    return chosen
+
+
+def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: float, uptime: float
+              ) -> dict[str, Any] | None:
+    pid = row["pid"]
+    base = ctx.proc(pid)
+    stat = row["stat"]
+    info = row["info"]
+    start_s = int(stat["starttime_ticks"]) / ticks
+    threads = _threads(base / "task")
+    environ = read_text(base / "environ")
+    return {
+        "pid": pid,
+        "ppid": stat["ppid"],
+        "pgid": stat["pgid"],
+        "title": " ".join(row["argv"])[:512],
+        "cmdline": redact_argv(row["argv"])[:64],
+        "comm": row["comm"],
+        "role": info.role,
+        "name": info.name,
+        "ranks": info.ranks,
+        "titled": info.titled,
+        "state": stat["state"],
+        "wchan": (read_text(base / "wchan") or "").strip() or None,
+        "threads": threads,
+        "num_threads": stat["num_threads"],
+        "zmq_contexts": sum(1 for t in threads if t["name"] == "ZMQbg/Reaper"),
+        "cpu_user_s": round(int(stat["utime_ticks"]) / ticks, 2),
+        "cpu_system_s": round(int(stat["stime_ticks"]) / ticks, 2),
+        "rss_bytes": int(stat["rss_pages"]) * page,
+        "start_time": round(btime + start_s, 2),
+        "age_s": round(max(0.0, uptime - start_s), 2),
+        "num_fds": _count(base / "fd"),
+        "rlimit_nofile": _limit(read_text(base / "limits"), "Max open files"),
+        "rlimit_nproc": _limit(read_text(base / "limits"), "Max processes"),
+        "uid": _uid(read_text(base / "status")),
+        "environ": parse_environ(environ, ENV_KEEP) if environ else {},
+        "ns": {n: _readlink(base / "ns" / n) for n in ("pid", "mnt", "net")},
+    }
+
+
+def _threads(task_dir: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    try:
+        tids = sorted(int(t) for t in os.listdir(task_dir) if t.isdigit())
+    except OSError:
+        return out
+    for tid in tids[:256]:
+        name = read_text(task_dir / str(tid) / "comm")
+        stat_text = read_text(task_dir / str(tid) / "stat")
+        stat = parse_stat(stat_text) if stat_text else None
+        if name is None:
+            continue
+        out.append({"tid": tid, "name": name.strip(), "state": stat["state"] if stat else None})
+    return out
+
+
+def _count(path: Path) -> int | None:
+    try:
+        return len(os.listdir(path))
+    except OSError:
+        return None
+
+
+def _limit(text: str | None, label: str) -> list[int | None] | None:
+    for line in (text or "").splitlines():
+        if line.startswith(label):
+            parts = line[len(label):].split()
+            return [None if v == "unlimited" else int(v) for v in parts[:2]]
+    return None
+
+
+def _uid(status: str | None) -> int | None:
+    for line in (status or "").splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    return None
+
+
+def _readlink(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _boot_time(proc_root: Path) -> float:
+    for line in (read_text(proc_root / "stat") or "").splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _uptime(proc_root: Path) -> float:
+    text = read_text(proc_root / "uptime") or "0"
+    return float(text.split()[0])

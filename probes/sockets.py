@@ -1,0 +1,114 @@
+"""Unix and TCP sockets of vLLM processes: inode -> pid, listening vs connected, queues, ipc paths."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from typing import Any
+
+from vllmdiag.probes._procfs import read_text
+
+from vllmdiag.context import Context
+from vllmdiag.probe import ProbeSpec
+
+SPEC = ProbeSpec(name="sockets", layer="handshake", description="unix/tcp sockets per vLLM process",
+                 requires=("processes",), timeout_s=3.0)
+
+TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+              "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
+              "0B": "CLOSING"}
+SO_ACCEPTCON = 0x10000
+
+
+def collect(ctx: Context) -> dict[str, Any]:
+    procs = ctx.data("processes").get("processes", [])
+    owners: dict[int, list[int]] = {}
+    netns_rep: dict[str, int] = {}
+    for proc in procs:
+        for inode in socket_inodes(ctx, proc["pid"]):
+            owners.setdefault(inode, []).append(proc["pid"])
+        netns_rep.setdefault(proc.get("ns", {}).get("net") or "?", proc["pid"])
+    unix: list[dict[str, Any]] = []
+    tcp: list[dict[str, Any]] = []
+    live_paths: set[str] = set()
+    for ns, rep in sorted(netns_rep.items()):
+        for entry in parse_unix(read_text(ctx.proc(rep, "net/unix")) or ""):
+            if entry["path"]:
+                live_paths.add(entry["path"])
+            if entry["inode"] in owners:
+                unix.append({**entry, "pids": owners[entry["inode"]], "netns": ns})
+        for fname, fam in (("net/tcp", 4), ("net/tcp6", 6)):
+            for entry in parse_tcp(read_text(ctx.proc(rep, fname)) or "", fam):
+                if entry["inode"] in owners:
+                    tcp.append({**entry, "pids": owners[entry["inode"]], "netns": ns})
+    return {"unix": unix, "tcp": tcp, "live_unix_paths": sorted(live_paths),
+            "socket_fds": {str(p["pid"]): sum(1 for pids in owners.values() if p["pid"] in pids) for p in procs}}
+
+
+def socket_inodes(ctx: Context, pid: int) -> list[int]:
+    fd_dir = ctx.proc(pid, "fd")
+    out: list[dict[str, Any]] = []
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return out
+    for name in names:
+        try:
+            target = os.readlink(fd_dir / name)
+        except OSError:
+            continue  # fd closed meanwhile
+        if target.startswith("socket:["):
+            out.append(int(target[8:-1]))
+    return out
+
+
+def parse_unix(text: str) -> list[dict[str, Any]]:
+    """/proc/net/unix: Num RefCount Protocol Flags Type St Inode [Path]."""
+    out: list[dict[str, Any]] = []
+    for line in text.splitlines()[1:]:
+        parts = line.split(None, 7)
+        if len(parts) < 7:
+            continue
+        flags = int(parts[3], 16)
+        path = parts[7].strip() if len(parts) > 7 else ""
+        out.append({
+            "inode": int(parts[6]),
+            "path": path.replace("@", "\0", 1) if path.startswith("@") else path,
+            "listening": bool(flags & SO_ACCEPTCON),
+            "type": {"0001": "stream", "0002": "dgram", "0005": "seqpacket"}.get(parts[4], parts[4]),
+            "state": {"01": "unconnected", "02": "connecting", "03": "connected", "04": "disconnecting"}
+            .get(parts[5], parts[5]),
+        })
+    return out
+
+
+def parse_tcp(text: str, family: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 10:
+            continue
+        tx, rx = parts[4].split(":")
+        out.append({
+            "local": _addr(parts[1], family),
+            "remote": _addr(parts[2], family),
+            "state": TCP_STATES.get(parts[3], parts[3]),
+            "send_q": int(tx, 16),
+            "recv_q": int(rx, 16),
+            "inode": int(parts[9]),
+            "family": family,
+        })
+    return out
+
+
+def _addr(hexaddr: str, family: int) -> str:
+    host, port = hexaddr.split(":")
+    raw = bytes.fromhex(host)
+    if family == 4:
+        ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
+        return f"{ip}:{int(port, 16)}"
+    # /proc/net/tcp6 stores four little-endian 32-bit words.
+    words = struct.unpack("<4I", raw)
+    ip = socket.inet_ntop(socket.AF_INET6, struct.pack(">4I", *words))
+    return f"[{ip}]:{int(port, 16)}"

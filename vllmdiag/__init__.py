@@ -1,0 +1,3 @@
+"""vllmdiag: read-only diagnostics for hung vLLM deployments."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,138 @@
+"""The bisection engine: walk process -> handshake -> queue -> gpu -> client per deployment and
+report the first layer where the flow stops, with culprits, evidence and next steps (pure).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllmdiag.analysis.deployments import Deployment, find_deployments
+from vllmdiag.model import LAYERS, Finding, Snapshot, Verdict
+
+Analyzer = Callable[[Snapshot, list[Deployment]], list[Finding]]
+STATUS_RANK = {"healthy": 0, "no-deployment": 1, "inconclusive": 2, "degraded": 3, "blocked": 4}
+# Probes without which a "healthy" answer would be a guess.
+ESSENTIAL_PROBES = ("processes", "stacks")
+
+
+@dataclass
+class DeploymentReport:
+    deployment: Deployment
+    verdict: Verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.deployment
+        return {"id": d.id, "node": d.node, "root_pid": d.root_pid, "configured": d.configured,
+                "processes": d.to_brief(), "verdict": self.verdict.to_dict()}
+
+
+@dataclass
+class Report:
+    verdict: Verdict
+    deployments: list[DeploymentReport]
+    findings: list[Finding]
+    snapshots: list[Snapshot]
+    extra: dict[str, Any] = field(default_factory=dict)  # fleet sections, node list, watch rates
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema_version": 1,
+            "verdict": self.verdict.to_dict(),
+            "deployments": [d.to_dict() for d in self.deployments],
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        out.update(self.extra)
+        if len(self.snapshots) == 1 and "nodes" not in self.extra:
+            out["snapshot"] = self.snapshots[0].to_dict()
+        else:
+            out["snapshots"] = [s.to_dict() for s in self.snapshots]
+        return out
+
+
+def layer_analyzers() -> list[tuple[str, Analyzer]]:
+    """Each layer's module in vllmdiag.analysis, in bisection order (a missing one is skipped)."""
+    out = []
+    for layer in LAYERS:
+        try:
+            module = importlib.import_module(f"vllmdiag.analysis.{layer}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"vllmdiag.analysis.{layer}":
+                raise
+            continue
+        out.append((layer, module.analyze))
+    return out
+
+
+def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[list[DeploymentReport], list[Finding]]:
+    deployments = find_deployments(snapshot)
+    if pids:
+        deployments = [d for d in deployments if d.pids & pids or d.root_pid in pids]
+    findings: list[Finding] = []
+    for _layer, fn in layer_analyzers():
+        findings.extend(fn(snapshot, deployments))
+    ids = {d.id for d in deployments}
+    if pids:  # node-level findings stay; other deployments' findings go
+        findings = [f for f in findings if f.deployment is None or f.deployment in ids]
+    reports = [DeploymentReport(d, decide(snapshot, [f for f in findings if f.deployment == d.id]))
+               for d in deployments]
+    return reports, findings
+
+
+def analyze(snapshots: list[Snapshot], pids: set[int] | None = None) -> Report:
+    reports: list[DeploymentReport] = []
+    findings: list[Finding] = []
+    for snap in snapshots:
+        r, f = analyze_snapshot(snap, pids)
+        reports += r
+        findings += f
+    return Report(verdict=overall(snapshots, reports, findings), deployments=reports, findings=findings,
+                  snapshots=snapshots)
+
+
+def decide(snapshot: Snapshot, findings: list[Finding]) -> Verdict:
+    from vllmdiag.analysis.verdict import write_verdict
+
+    blocking = [f for f in findings if f.blocking]
+    if blocking:
+        layer = next(layer for layer in LAYERS if any(f.layer == layer for f in blocking))
+        return write_verdict("blocked", layer, [f for f in blocking if f.layer == layer], findings)
+    warnings = [f for f in findings if f.severity == "warning"]
+    if warnings:
+        return write_verdict("degraded", warnings[0].layer, warnings, findings)
+    blind = _blind_spots(snapshot)
+    if blind:
+        return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
+                       + "; ".join(blind), evidence=blind, confidence="low",
+                       next_steps=["Re-run as root (or with CAP_SYS_PTRACE) so stacks can be read."])
+    return Verdict(status="healthy", summary="All layers answer: processes alive, queues moving, ranks agree.")
+
+
+def overall(snapshots: list[Snapshot], reports: list[DeploymentReport], findings: list[Finding]) -> Verdict:
+    if not reports:
+        blind = [b for s in snapshots for b in _blind_spots(s, essential=("processes",))]
+        if blind:
+            return Verdict(status="inconclusive", summary="Could not list processes: " + "; ".join(blind),
+                           evidence=blind, confidence="low")
+        return Verdict(status="no-deployment", summary="No vLLM deployment found on "
+                       + ", ".join(sorted({s.node for s in snapshots})) + ".")
+    worst = max(reports, key=lambda r: STATUS_RANK.get(r.verdict.status, 0))
+    verdict = worst.verdict
+    if verdict.status == "healthy":
+        node_warnings = [f for f in findings if f.deployment is None and f.severity in ("warning", "critical")]
+        if node_warnings:
+            from vllmdiag.analysis.verdict import write_verdict
+
+            return write_verdict("degraded", node_warnings[0].layer, node_warnings, findings)
+    return verdict
+
+
+def _blind_spots(snapshot: Snapshot, essential: tuple[str, ...] = ESSENTIAL_PROBES) -> list[str]:
+    out = []
+    for name in essential:
+        res = snapshot.probes.get(name)
+        if res is not None and res.status in ("error", "timeout", "skipped"):
+            out.append(f"{snapshot.node}: probe {name} {res.status}" + (f" ({res.reason})" if res.reason else ""))
+    return out

@@ -1,0 +1,124 @@
+"""Process layer: are the API server, EngineCore(s) and all workers alive and sane? (pure)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllmdiag.analysis.common import culprit, finding
+from vllmdiag.analysis.deployments import Deployment, display_title, rank_of, role_of
+from vllmdiag.model import Culprit, Finding, Snapshot
+
+LAYER = "process"
+CODES = ("process.zombie", "process.stopped", "process.d_state", "process.rank_missing",
+         "process.workers_orphaned", "process.engine_missing", "process.fd_pressure", "process.worker_starting")
+VLLM_ROLES = ("engine_core", "worker", "worker_starting", "dp_coordinator", "api_server", "api_server_child")
+STATE_CODES = {"Z": ("process.zombie", "is a zombie (exited, not reaped)"),
+               "X": ("process.zombie", "is dead"),
+               "T": ("process.stopped", "is stopped (SIGSTOP or a debugger): it runs nothing"),
+               "t": ("process.stopped", "is stopped by a tracer"),
+               "D": ("process.d_state", "is in uninterruptible sleep (D): stuck in the kernel or driver")}
+
+
+def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+    out: list[Finding] = []
+    for dep in deployments:
+        out += _states(snapshot, dep)
+        out += _orphans_and_missing_engine(snapshot, dep)
+        out += _missing_ranks(snapshot, dep)
+        out += _fd_pressure(snapshot, dep)
+    return out
+
+
+def _states(snap: Snapshot, dep: Deployment) -> list[Finding]:
+    out = []
+    for p in dep.processes:
+        state = p.get("state")
+        if state not in STATE_CODES or role_of(p) not in VLLM_ROLES:
+            continue
+        code, what = STATE_CODES[state]
+        name = display_title(p) or role_of(p)
+        out.append(finding(code, LAYER, "critical", snap, dep, f"{name} (pid {p['pid']}) {what}.",
+                           [p["pid"]], {"state": state, "wchan": p.get("wchan"), "title": name},
+                           [culprit(snap, p, f"state {state}: {what}")]))
+    return out
+
+
+def _orphans_and_missing_engine(snap: Snapshot, dep: Deployment) -> list[Finding]:
+    engines = [e for e in dep.engines if e.get("state") not in ("Z", "X")]
+    workers = dep.with_role("worker", "worker_starting")
+    live_pids = dep.pids
+    orphans = [w for w in workers if w["ppid"] not in live_pids or
+               role_of(dep.by_pid(w["ppid"]) or {}) not in ("engine_core",)]
+    out = []
+    if orphans and not engines:
+        parents = sorted({w["ppid"] for w in orphans})
+        who = ", ".join(f"{display_title(w)} (pid {w['pid']})" for w in orphans[:8])
+        missing = Culprit(node=snap.node, pid=None, role="engine_core", rank=None, title="VLLM::EngineCore",
+                          reason="EngineCore is gone; its workers were reparented")
+        out.append(finding("process.workers_orphaned", LAYER, "critical", snap, dep,
+                           f"EngineCore is missing: workers {who} were reparented to pid {parents[0]}.",
+                           [w["pid"] for w in orphans], {"orphans": [w["pid"] for w in orphans],
+                                                         "new_parents": parents}, [missing]))
+    api = dep.with_role("api_server")
+    if api and not engines and not orphans and not _inprocess_engine(api[0]):
+        out.append(finding("process.engine_missing", LAYER, "critical", snap, dep,
+                           f"API server pid {api[0]['pid']} has no EngineCore process.",
+                           [api[0]["pid"]], {"api_server": api[0]["pid"]},
+                           [Culprit(snap.node, None, "engine_core", None, "VLLM::EngineCore",
+                                    "EngineCore process is missing under the API server")]))
+    return out
+
+
+def _inprocess_engine(api: dict[str, Any]) -> bool:
+    return str(api.get("environ", {}).get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")) == "0"
+
+
+def _missing_ranks(snap: Snapshot, dep: Deployment) -> list[Finding]:
+    """Ranks absent from 0..TP-1 (TP from the command line or the highest rank seen)."""
+    out = []
+    groups: dict[tuple[int, int, int], dict[int, dict[str, Any]]] = {}
+    dead: list[dict[str, Any]] = []
+    for w in dep.workers:
+        ranks = w.get("ranks") or {}
+        if w.get("state") in ("Z", "X") or "tp" not in ranks:
+            if w.get("state") in ("Z", "X"):
+                dead.append(w)
+            continue
+        groups.setdefault((ranks.get("dp", 0), ranks.get("pp", 0), ranks.get("pcp", 0)), {})[int(ranks["tp"])] = w
+    tp = dep.configured.get("tp")
+    for key, present in sorted(groups.items()):
+        size = max(tp or 0, max(present) + 1)
+        missing = [r for r in range(size) if r not in present]
+        if not missing:
+            continue
+        culprits = []
+        for i, r in enumerate(missing):
+            zombie = dead[i] if i < len(dead) else None
+            culprits.append(Culprit(snap.node, zombie["pid"] if zombie else None, "worker", r,
+                                    f"VLLM::Worker_TP{r}", "worker rank missing" + (" (zombie)" if zombie else "")))
+        where = "" if key == (0, 0, 0) else f" (DP{key[0]} PP{key[1]})"
+        out.append(finding("process.rank_missing", LAYER, "critical", snap, dep,
+                           f"Worker rank(s) TP{','.join(map(str, missing))}{where} missing of TP={size}.",
+                           [c.pid for c in culprits if c.pid], {"missing_tp_ranks": missing, "tp_size": size,
+                                                                "present": sorted(present)}, culprits))
+    return out
+
+
+def _fd_pressure(snap: Snapshot, dep: Deployment) -> list[Finding]:
+    out = []
+    for p in dep.processes:
+        limit = (p.get("rlimit_nofile") or [None])[0]
+        fds = p.get("num_fds")
+        if limit and fds and fds >= 0.9 * limit:
+            out.append(finding("process.fd_pressure", LAYER, "warning", snap, dep,
+                               f"{display_title(p)} (pid {p['pid']}) uses {fds} of {limit} file descriptors.",
+                               [p["pid"]], {"num_fds": fds, "rlimit_nofile": limit},
+                               [culprit(snap, p, "near RLIMIT_NOFILE")]))
+    for p in dep.with_role("worker_starting"):
+        out.append(finding("process.worker_starting", LAYER, "info", snap, dep,
+                           f"pid {p['pid']} is a worker that has not retitled itself yet (still starting).",
+                           [p["pid"]], {"age_s": p.get("age_s")}, []))
+    return out
+
+
+__all__ = ["analyze", "CODES", "LAYER", "rank_of"]

@@ -1,0 +1,98 @@
+"""Plain-function API behind the CLI: collect, triage, analyze. No printing, no exit codes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vllmdiag.analysis.engine import Report, analyze
+from vllmdiag.context import Context
+from vllmdiag.model import Snapshot, SnapshotError
+from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
+
+EXIT_CODES = {"healthy": 0, "blocked": 1, "degraded": 1, "no-deployment": 3, "inconclusive": 4}
+EXIT_USAGE = 2
+MAX_SNAPSHOT_BYTES = 512 << 20
+
+
+@dataclass
+class TriageResult:
+    report: Report
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.report.verdict.status, 4)
+
+    def to_json(self) -> str:
+        return json.dumps(self.report.to_dict(), indent=2, sort_keys=False, default=str)
+
+    def render(self, console: Any = None) -> None:
+        from vllmdiag.render.text import render_report
+
+        render_report(self.report, console)
+
+
+def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
+            budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None) -> Snapshot:
+    ctx = ctx or Context()
+    ctx.options.update(options or {})
+    enable = {name for name, on in (options or {}).items() if on is True}
+    return collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s)
+
+
+def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
+           options: dict[str, Any] | None = None, budget_s: float = DEFAULT_BUDGET_S,
+           ctx: Context | None = None) -> TriageResult:
+    opts = dict(options or {})
+    if pids:
+        opts["pids"] = list(pids)
+    snap = collect(probes=probes, options=opts, budget_s=budget_s, ctx=ctx)
+    return TriageResult(analyze([snap], set(pids) if pids else None))
+
+
+def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageResult:
+    snaps: list[Snapshot] = []
+    for path in paths:
+        snaps.extend(load_snapshots(path))
+    if not snaps:
+        raise SnapshotError("no snapshot found in " + ", ".join(str(p) for p in paths))
+    return TriageResult(analyze(snaps, set(pids) if pids else None))
+
+
+def load_snapshots(path: Path) -> list[Snapshot]:
+    """A snapshot file, a triage/analyze JSON output, or a directory of those (from sweep --save)."""
+    if path.is_dir():
+        out: list[Snapshot] = []
+        for child in sorted(path.glob("*.json")):
+            out.extend(load_snapshots(child))
+        return out
+    try:
+        if path.stat().st_size > MAX_SNAPSHOT_BYTES:
+            raise SnapshotError(f"{path}: larger than {MAX_SNAPSHOT_BYTES >> 20} MiB; not a snapshot")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SnapshotError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise SnapshotError(f"{path}: JSON nested too deeply") from None
+    return snapshots_from_json(raw, str(path))
+
+
+def snapshots_from_json(raw: Any, where: str) -> list[Snapshot]:
+    if isinstance(raw, dict) and "snapshot" in raw and "verdict" in raw:
+        return [Snapshot.from_dict(raw["snapshot"], f"{where}: snapshot")]
+    if isinstance(raw, dict) and "snapshots" in raw:
+        items = raw["snapshots"]
+        if not isinstance(items, list):
+            raise SnapshotError(f"{where}: snapshots must be a list")
+        return [Snapshot.from_dict(s, f"{where}: snapshots[{i}]") for i, s in enumerate(items)]
+    if isinstance(raw, list):
+        return [Snapshot.from_dict(s, f"{where}[{i}]") for i, s in enumerate(raw)]
+    return [Snapshot.from_dict(raw, where)]

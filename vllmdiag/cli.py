@@ -1,0 +1,195 @@
+"""The command line. Thin: typer commands call plain functions in vllmdiag.api (and friends);
+only this module maps errors to one-line messages and exit codes.
+
+Exit codes: 0 healthy, 1 blocked or degraded (gate: a required check failed), 2 usage error or bad
+input, 3 no vLLM deployment found, 4 inconclusive (the tool could not see enough).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from vllmdiag import __version__
+from vllmdiag.cli_errors import UsageError
+
+EXIT_USAGE = 2
+EXIT_INCONCLUSIVE = 4
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["collect"]:
+        # Fast path without typer/rich: collect is what every node of a sweep runs.
+        from vllmdiag.collect_cli import main as collect_main
+
+        raise SystemExit(_guard(lambda: collect_main(argv[1:])))
+    app = build_app()
+    raise SystemExit(_guard(lambda: app(args=argv, prog_name="vllmdiag", standalone_mode=False) or 0))
+
+
+def _guard(fn: Callable[[], Any]) -> int:
+    import click
+
+    from vllmdiag.model import SnapshotError
+    from vllmdiag.registry import RegistryError
+
+    try:
+        rc = fn()
+        return int(rc) if isinstance(rc, int) else 0
+    except (SnapshotError, RegistryError, UsageError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE
+    except click.exceptions.Abort:
+        return _fail("aborted", 130)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # the last line of defence: never a traceback for the on-call engineer
+        if os.environ.get("VLLMDIAG_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (set VLLMDIAG_DEBUG=1 for a traceback)",
+                     EXIT_INCONCLUSIVE)
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"vllmdiag: {message.splitlines()[0] if message else 'error'}\n")
+    return code
+
+
+def build_app() -> Any:
+    import typer
+
+    app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help="Read-only diagnostics for hung vLLM deployments.")
+
+    @app.callback(invoke_without_command=True)
+    def _root(version: Annotated[bool, _opt("--version", help="print the version")] = False) -> None:
+        if version:
+            print(__version__)
+            raise typer.Exit(0)
+
+    app.command("triage")(triage_command)
+    app.command("analyze")(analyze_command)
+    app.command("collect", help="Collect a snapshot (JSON) of this node; see `vllmdiag collect --help`.",
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(_collect_passthrough)
+    app.command("playbook")(playbook_command)
+    for module, attr in (("vllmdiag.sim.cli", "register"), ("vllmdiag.fleet.cli", "register"),
+                         ("vllmdiag.gate.cli", "register")):
+        try:
+            register = getattr(importlib.import_module(module), attr)
+        except (ModuleNotFoundError, AttributeError):
+            continue
+        register(app)
+    return app
+
+
+def _collect_passthrough(ctx: Any = None) -> int:
+    from vllmdiag.collect_cli import main as collect_main
+
+    return collect_main(sys.argv[2:])
+
+
+def _emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None = None) -> int:
+    if save is not None:
+        import json
+
+        snaps = result.report.snapshots
+        payload = snaps[0].to_dict() if len(snaps) == 1 else {"snapshots": [s.to_dict() for s in snaps]}
+        save.write_text(json.dumps(payload, default=str) + "\n", encoding="utf-8")
+    if report_file is not None:
+        from vllmdiag.render.files import write_report
+
+        write_report(result.report, report_file)
+    if as_json:
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        result.render()
+    return int(result.exit_code)
+
+
+def triage_command(
+    json_out: Annotated[bool, _opt("--json", help="print the JSON contract instead of the rich view")] = False,
+    save: Annotated[Path | None, _opt("--save", help="also write the raw snapshot to this file")] = None,
+    report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
+    pid: Annotated[list[int] | None, _opt("--pid", help="only the deployment(s) containing this pid")] = None,
+    probe: Annotated[list[str] | None, _opt("--probe", help="run only these probes")] = None,
+    budget: Annotated[float, _opt("--budget", help="total seconds for collection")] = 8.0,
+    native: Annotated[bool, _opt("--native", help="py-spy --native (C/CUDA frames)")] = False,
+    nonblocking: Annotated[bool, _opt("--nonblocking", help="py-spy --nonblocking (never pauses a target)")] = False,
+    nccl_ras: Annotated[bool, _opt("--nccl-ras", help="ask NCCL's RAS service once (NCCL >= 2.24)")] = False,
+    probe_request: Annotated[bool, _opt("--probe-request", help="send one 1-token completion to the API")] = False,
+    watch: Annotated[float, _opt("--watch", help="observe this many seconds and report rates")] = 0.0,
+) -> int:
+    """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
+    from vllmdiag.api import triage
+
+    if not 0.2 <= budget <= 600:
+        raise UsageError("--budget must be between 0.2 and 600 seconds")
+    if not 0 <= watch <= 3600:
+        raise UsageError("--watch must be between 0 and 3600 seconds")
+    if native and nonblocking:
+        raise UsageError("--native cannot be combined with --nonblocking (py-spy refuses it)")
+    options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": nccl_ras,
+                               "probe_request": probe_request}
+    if watch:
+        options["watch_s"] = watch
+    result = triage(pids=pid, probes=probe, options=options, budget_s=budget + watch)
+    return _emit(result, json_out, report, save)
+
+
+def analyze_command(
+    files: Annotated[list[Path], _arg(help="snapshot files, triage --json outputs, or sweep --save dirs")],
+    json_out: Annotated[bool, _opt("--json", help="print the JSON contract")] = False,
+    report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
+    pid: Annotated[list[int] | None, _opt("--pid", help="only the deployment(s) containing this pid")] = None,
+) -> int:
+    """Recompute the verdict offline from saved snapshots."""
+    from vllmdiag.api import analyze_files
+    from vllmdiag.model import SnapshotError
+
+    try:
+        result = analyze_files(files, pid)
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        # Snapshots are untrusted: a well-formed file with the wrong content inside is bad input.
+        raise SnapshotError(f"snapshot content is malformed ({type(exc).__name__}: {exc})") from None
+    return _emit(result, json_out, report)
+
+
+def playbook_command(
+    code: Annotated[str | None, _arg(help="a finding code, e.g. queue.ring_full")] = None,
+) -> int:
+    """List the playbooks, or show one: what it means, read-only commands to confirm, remediation."""
+    from vllmdiag.playbook import load_playbooks
+    from vllmdiag.render.playbook_view import show_playbook, show_playbook_list
+
+    books = load_playbooks()
+    if code is None:
+        show_playbook_list(books)
+        return 0
+    if code not in books:
+        raise UsageError(f"unknown finding code {code!r}; run `vllmdiag playbook` for the list")
+    show_playbook(code, books[code])
+    return 0
+
+
+def _opt(*names: str, help: str) -> Any:
+    import typer
+
+    return typer.Option(*names, help=help)
+
+
+def _arg(help: str) -> Any:
+    import typer
+
+    return typer.Argument(help=help, show_default=False)

@@ -1,0 +1,63 @@
+"""``vllmdiag collect``: the node-side entry point, on argparse so it runs with only psutil/pyzmq.
+
+Sweeps run it on every node (installed, or shipped as a zipapp with the vLLM environment's own
+Python), so it must not import typer or rich, and it imports nothing it does not use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from vllmdiag import __version__
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"vllmdiag collect: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="vllmdiag collect", description="Collect a read-only snapshot of this node's vLLM processes.")
+    p.add_argument("--json", action="store_true", help="print the snapshot as JSON (default when --out is not given)")
+    p.add_argument("--out", type=Path, help="write the snapshot to this file")
+    p.add_argument("--probe", action="append", dest="probes", help="run only these probes (repeatable)")
+    p.add_argument("--budget", type=float, default=8.0, help="total seconds for the whole collection")
+    p.add_argument("--pid", type=int, action="append", dest="pids", help="limit stacks/rings to these deployments")
+    p.add_argument("--native", action="store_true", help="py-spy --native stacks")
+    p.add_argument("--nonblocking", action="store_true", help="py-spy --nonblocking (never pauses targets)")
+    p.add_argument("--nccl-ras", action="store_true", help="query NCCL's RAS service once")
+    p.add_argument("--node", help="node name to record (default: hostname)")
+    p.add_argument("--version", action="version", version=__version__)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if not 0.2 <= args.budget <= 600:
+        sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
+        return EXIT_USAGE
+    from vllmdiag.api import collect
+    from vllmdiag.registry import RegistryError
+
+    options = {"native": args.native, "nonblocking": args.nonblocking, "nccl_ras": args.nccl_ras}
+    if args.pids:
+        options["pids"] = args.pids
+    if args.node:
+        options["node"] = args.node
+    try:
+        snap = collect(probes=args.probes, options=options, budget_s=args.budget)
+    except RegistryError as exc:
+        sys.stderr.write(f"vllmdiag collect: {exc}\n")
+        return EXIT_USAGE
+    text = json.dumps(snap.to_dict(), default=str)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    if args.json or not args.out:
+        sys.stdout.write(text + "\n")
+    return 0

@@ -1,0 +1,128 @@
+"""The collection context: every OS path and subprocess a probe uses goes through here."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllmdiag.model import ProbeResult
+
+
+@dataclass
+class CmdResult:
+    argv: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+    error: str | None = None  # could not start (missing binary, permission)
+
+
+@dataclass
+class Context:
+    proc_root: Path = Path("/proc")
+    dev_shm: Path = Path("/dev/shm")
+    # Where vLLM puts its ipc:// socket files (VLLM_RPC_BASE_PATH, default the temp dir).
+    rpc_base: Path = field(default_factory=lambda: Path(os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()))
+    title_prefix: str = field(default_factory=lambda: os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM"))
+    options: dict[str, Any] = field(default_factory=dict)
+    deadline: float = field(default_factory=lambda: time.monotonic() + 10.0)
+    _results: dict[str, ProbeResult] = field(default_factory=dict)
+    _results_lock: threading.Lock = field(default_factory=threading.Lock)
+    _others_done: threading.Event = field(default_factory=threading.Event)
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+
+    # ---- time -------------------------------------------------------------------------------
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the runner gave up on the run (total budget hit); long loops should stop."""
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        self._others_done.set()
+
+    def wait_others(self, timeout_s: float) -> bool:
+        """For samplers: block until all non-sampler probes finished, or timeout. True if they did."""
+        return self._others_done.wait(max(0.0, timeout_s))
+
+    def mark_others_done(self) -> None:
+        self._others_done.set()
+
+    # ---- results of other probes ---------------------------------------------------------------
+    def result(self, name: str) -> ProbeResult | None:
+        with self._results_lock:
+            return self._results.get(name)
+
+    def data(self, name: str) -> dict[str, Any]:
+        res = self.result(name)
+        return res.data if res is not None else {}
+
+    def record(self, name: str, result: ProbeResult) -> None:
+        with self._results_lock:
+            self._results[name] = result
+
+    # ---- paths --------------------------------------------------------------------------------
+    def proc(self, *parts: str | int) -> Path:
+        return self.proc_root.joinpath(*(str(p) for p in parts))
+
+    # ---- subprocesses -------------------------------------------------------------------------
+    def run(self, argv: list[str], timeout_s: float, *, env: dict[str, str] | None = None) -> CmdResult:
+        """Run argv (never a shell) in its own process group; kill the whole group at the deadline.
+
+        The effective timeout is also capped by the run's remaining budget.
+        """
+        timeout = max(0.05, min(timeout_s, self.remaining() or 0.05))
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=env,
+            )
+        except OSError as exc:
+            return CmdResult(argv, None, "", "", False, time.monotonic() - start, error=str(exc))
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            try:
+                out, err = proc.communicate(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                out, err = b"", b""
+            timed_out = True
+        return CmdResult(
+            argv,
+            proc.returncode,
+            out.decode("utf-8", "replace"),
+            err.decode("utf-8", "replace"),
+            timed_out,
+            time.monotonic() - start,
+        )
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the child's whole process group (it was started with start_new_session)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass

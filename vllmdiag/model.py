@@ -1,0 +1,191 @@
+"""The snapshot contract: raw facts from probes, and the findings/verdicts computed from them.
+
+Everything here round-trips through plain JSON without loss (``from_dict(to_dict(x)) == x``),
+because a snapshot written on a node must give the same verdict when analysed anywhere later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+PROBE_STATUSES = ("ok", "partial", "skipped", "error", "timeout")
+VERDICT_STATUSES = ("healthy", "blocked", "degraded", "no-deployment", "inconclusive")
+LAYERS = ("process", "handshake", "queue", "gpu", "client")
+SEVERITIES = ("info", "warning", "critical")
+
+
+class SnapshotError(ValueError):
+    """Input that is not a snapshot we can read: one line, shown to the user as is."""
+
+
+@dataclass
+class ProbeResult:
+    status: str
+    duration_s: float
+    reason: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> ProbeResult:
+        obj = _expect_dict(raw, where)
+        status = obj.get("status")
+        if status not in PROBE_STATUSES:
+            raise SnapshotError(f"{where}: status {status!r} is not one of {', '.join(PROBE_STATUSES)}")
+        duration = obj.get("duration_s", 0.0)
+        if not isinstance(duration, (int, float)) or isinstance(duration, bool):
+            raise SnapshotError(f"{where}: duration_s must be a number")
+        reason = obj.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise SnapshotError(f"{where}: reason must be a string or null")
+        data = _expect_dict(obj.get("data", {}), f"{where}.data")
+        return cls(status=status, duration_s=float(duration), reason=reason, data=data)
+
+
+@dataclass
+class Snapshot:
+    node: str
+    collected_at: str
+    vllmdiag_version: str
+    duration_s: float
+    probes: dict[str, ProbeResult] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def data(self, probe: str) -> dict[str, Any]:
+        """The probe's data, or {} when the probe did not run or produced nothing."""
+        result = self.probes.get(probe)
+        return result.data if result is not None else {}
+
+    def status(self, probe: str) -> str | None:
+        result = self.probes.get(probe)
+        return result.status if result is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "node": self.node,
+            "collected_at": self.collected_at,
+            "vllmdiag_version": self.vllmdiag_version,
+            "duration_s": self.duration_s,
+            "options": self.options,
+            "probes": {name: res.to_dict() for name, res in self.probes.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "snapshot") -> Snapshot:
+        obj = _expect_dict(raw, where)
+        version = obj.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SnapshotError(f"{where}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+        node = obj.get("node")
+        if not isinstance(node, str) or not node:
+            raise SnapshotError(f"{where}: node must be a non-empty string")
+        probes_raw = _expect_dict(obj.get("probes", {}), f"{where}.probes")
+        probes = {str(k): ProbeResult.from_dict(v, f"{where}.probes.{k}") for k, v in probes_raw.items()}
+        duration = obj.get("duration_s", 0.0)
+        if not isinstance(duration, (int, float)) or isinstance(duration, bool):
+            raise SnapshotError(f"{where}: duration_s must be a number")
+        return cls(
+            node=node,
+            collected_at=str(obj.get("collected_at", "")),
+            vllmdiag_version=str(obj.get("vllmdiag_version", "")),
+            duration_s=float(duration),
+            probes=probes,
+            options=_expect_dict(obj.get("options", {}), f"{where}.options"),
+            schema_version=version,
+        )
+
+
+@dataclass
+class Culprit:
+    node: str
+    pid: int | None
+    role: str
+    rank: int | None
+    title: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Culprit:
+        return cls(
+            node=str(raw.get("node", "")),
+            pid=raw.get("pid"),
+            role=str(raw.get("role", "")),
+            rank=raw.get("rank"),
+            title=str(raw.get("title", "")),
+            reason=str(raw.get("reason", "")),
+        )
+
+
+@dataclass
+class Finding:
+    code: str
+    layer: str
+    severity: str
+    node: str
+    message: str
+    pids: list[int] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    deployment: str | None = None
+    # Who this finding blames, most responsible first; the verdict takes its culprits from here.
+    culprits: list[Culprit] = field(default_factory=list)
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity == "critical"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["culprits"] = [c.to_dict() for c in self.culprits]
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Finding:
+        return cls(
+            code=raw["code"],
+            layer=raw["layer"],
+            severity=raw["severity"],
+            node=raw["node"],
+            message=raw["message"],
+            pids=list(raw.get("pids", [])),
+            evidence=dict(raw.get("evidence", {})),
+            deployment=raw.get("deployment"),
+            culprits=[Culprit.from_dict(c) for c in raw.get("culprits", [])],
+        )
+
+
+@dataclass
+class Verdict:
+    status: str
+    layer: str | None = None
+    culprits: list[Culprit] = field(default_factory=list)
+    summary: str = ""
+    evidence: list[str] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+    confidence: str = "high"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "layer": self.layer,
+            "culprits": [c.to_dict() for c in self.culprits],
+            "summary": self.summary,
+            "evidence": list(self.evidence),
+            "next_steps": list(self.next_steps),
+            "confidence": self.confidence,
+        }
+
+
+def _expect_dict(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise SnapshotError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    return raw

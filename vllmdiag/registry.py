@@ -1,0 +1,76 @@
+"""Discovers probes: every module in ``vllmdiag.probes`` with a ``SPEC`` and a ``collect``.
+
+Nothing else imports a probe by name, so adding a probe is adding one file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vllmdiag.probe import PROBE_LAYERS, ProbeSpec
+
+
+@dataclass(frozen=True)
+class Probe:
+    spec: ProbeSpec
+    collect: Callable[[Any], Any]
+
+
+class RegistryError(RuntimeError):
+    pass
+
+
+def discover() -> dict[str, Probe]:
+    import vllmdiag.probes as package
+
+    found: dict[str, Probe] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        spec = getattr(module, "SPEC", None)
+        collect = getattr(module, "collect", None)
+        if spec is None and collect is None:
+            continue  # a helper module, not a probe
+        validate(info.name, spec, collect)
+        found[info.name] = Probe(spec=spec, collect=collect)  # type: ignore[arg-type]
+    for probe in found.values():
+        for dep in probe.spec.requires:
+            if dep not in found:
+                raise RegistryError(f"probe {probe.spec.name} requires unknown probe {dep}")
+    return found
+
+
+def validate(module_name: str, spec: Any, collect: Any) -> None:
+    if not isinstance(spec, ProbeSpec):
+        raise RegistryError(f"probe module {module_name}: SPEC must be a ProbeSpec")
+    if not callable(collect):
+        raise RegistryError(f"probe module {module_name}: collect(ctx) is missing")
+    if spec.name != module_name:
+        raise RegistryError(f"probe module {module_name}: SPEC.name is {spec.name!r}")
+    if spec.layer not in PROBE_LAYERS:
+        raise RegistryError(f"probe {spec.name}: unknown layer {spec.layer!r}")
+    if not 0 < spec.timeout_s <= 120:
+        raise RegistryError(f"probe {spec.name}: timeout_s must be in (0, 120]")
+
+
+def select(probes: dict[str, Probe], wanted: list[str] | None, enabled: set[str]) -> dict[str, Probe]:
+    """Default probes plus opt-ins, closed over requirements. ``wanted`` restricts to those names."""
+    if wanted:
+        unknown = [w for w in wanted if w not in probes]
+        if unknown:
+            raise RegistryError(f"unknown probe {unknown[0]!r}; known: {', '.join(sorted(probes))}")
+        names = set(wanted)
+    else:
+        names = {n for n, p in probes.items() if p.spec.default or n in enabled}
+    todo = list(names)
+    while todo:
+        for dep in probes[todo.pop()].spec.requires:
+            if dep not in names:
+                names.add(dep)
+                todo.append(dep)
+    return {n: probes[n] for n in sorted(names)}

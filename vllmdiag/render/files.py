@@ -1,0 +1,91 @@
+"""Self-contained report files (--report FILE.html|.md) to paste into an incident ticket."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from vllmdiag.analysis.engine import Report
+from vllmdiag.cli_errors import UsageError
+
+
+def write_report(report: Report, path: Path) -> None:
+    suffix = path.suffix.lower()
+    if suffix == ".md":
+        text = to_markdown(report)
+    elif suffix in (".html", ".htm"):
+        text = to_html(report)
+    else:
+        raise UsageError(f"--report {path}: use a .html or .md file name")
+    path.write_text(text, encoding="utf-8")
+
+
+def to_markdown(report: Report) -> str:
+    v = report.verdict
+    lines = [f"# vllmdiag: {v.status}" + (f" at the {v.layer} layer" if v.layer else ""), "", v.summary, ""]
+    if v.culprits:
+        lines += ["## Culprits", "", "| node | pid | role | rank | title | reason |", "|---|---|---|---|---|---|"]
+        lines += [f"| {_md(c.node)} | {c.pid} | {_md(c.role)} | {c.rank} | {_md(c.title)} | {_md(c.reason)} |"
+                  for c in v.culprits]
+        lines.append("")
+    if v.evidence:
+        lines += ["## Evidence", ""] + [f"- {_md(e)}" for e in v.evidence] + [""]
+    if v.next_steps:
+        lines += ["## Next read-only steps", "", "```"] + list(v.next_steps) + ["```", ""]
+    for dep in report.deployments:
+        d = dep.to_dict()
+        lines += [f"## Deployment {_md(d['id'])}: {d['verdict']['status']}", "", "| pid | ppid | role | rank | state | title |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {p['pid']} | {p['ppid']} | {p['role']} | {p['rank']} | {p['state']} | {_md(p['title'])} |"
+                  for p in d["processes"]]
+        lines.append("")
+    if report.findings:
+        lines += ["## Findings", "", "| severity | layer | code | node | message |", "|---|---|---|---|---|"]
+        lines += [f"| {f.severity} | {f.layer} | {f.code} | {_md(f.node)} | {_md(f.message)} |" for f in report.findings]
+    return "\n".join(lines) + "\n"
+
+
+def to_html(report: Report) -> str:
+    """No network assets: inline CSS only, every value escaped."""
+    v = report.verdict
+    color = {"healthy": "#1a7f37", "blocked": "#cf222e", "degraded": "#9a6700"}.get(v.status, "#555")
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>vllmdiag report</title><style>",
+        "body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}",
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;font-size:13px}",
+        ".verdict{border-left:6px solid " + color + ";padding:0.5em 1em;background:#f6f8fa}",
+        "code,pre{background:#eee;padding:2px 4px}</style></head><body>",
+        f"<div class='verdict'><h1>{_h(v.status.upper())}" + (f" &mdash; layer {_h(v.layer)}" if v.layer else "")
+        + f"</h1><p>{_h(v.summary)}</p></div>",
+    ]
+    if v.culprits:
+        parts.append(_table(["node", "pid", "role", "rank", "title", "reason"],
+                            [[c.node, c.pid, c.role, c.rank, c.title, c.reason] for c in v.culprits], "Culprits"))
+    if v.evidence:
+        parts.append("<h2>Evidence</h2><ul>" + "".join(f"<li>{_h(e)}</li>" for e in v.evidence) + "</ul>")
+    if v.next_steps:
+        parts.append("<h2>Next read-only steps</h2><pre>" + _h("\n".join(v.next_steps)) + "</pre>")
+    for dep in report.deployments:
+        d = dep.to_dict()
+        parts.append(_table(["pid", "ppid", "role", "rank", "state", "title"],
+                            [[p["pid"], p["ppid"], p["role"], p["rank"], p["state"], p["title"]] for p in d["processes"]],
+                            f"Deployment {d['id']}: {d['verdict']['status']}"))
+    if report.findings:
+        parts.append(_table(["severity", "layer", "code", "node", "message"],
+                            [[f.severity, f.layer, f.code, f.node, f.message] for f in report.findings], "Findings"))
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _table(header: list[str], rows: list[list[object]], title: str) -> str:
+    head = "".join(f"<th>{_h(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_h(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<h2>{_h(title)}</h2><table><tr>{head}</tr>{body}</table>"
+
+
+def _h(value: object) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _md(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
