@@ -5,6 +5,7 @@ report the first layer where the flow stops, with culprits, evidence and next st
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,16 +54,19 @@ class Report:
 
 
 def layer_analyzers() -> list[tuple[str, Analyzer]]:
-    """Each layer's module in vllmdiag.analysis, in bisection order (a missing one is skipped)."""
+    """Analyzer modules in bisection order: ``analysis/<layer>.py`` and ``analysis/<layer>_*.py``,
+    each with ``LAYER``, ``CODES`` and ``analyze(snapshot, deployments)``. A layer may have several
+    modules (e.g. ``queue_engine`` needs stacks); none is imported by name elsewhere."""
+    import vllmdiag.analysis as package
+
+    names = sorted(info.name for info in pkgutil.iter_modules(package.__path__))
     out = []
     for layer in LAYERS:
-        try:
-            module = importlib.import_module(f"vllmdiag.analysis.{layer}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"vllmdiag.analysis.{layer}":
-                raise
-            continue
-        out.append((layer, module.analyze))
+        for name in names:
+            if name == layer or name.startswith(layer + "_"):
+                module = importlib.import_module(f"vllmdiag.analysis.{name}")
+                if getattr(module, "LAYER", None) == layer and callable(getattr(module, "analyze", None)):
+                    out.append((layer, module.analyze))
     return out
 
 
