@@ -33,23 +33,36 @@ def main(argv: list[str] | None = None) -> None:
     raise SystemExit(_guard(lambda: app(args=argv, prog_name="vllmdiag", standalone_mode=False) or 0))
 
 
-def _guard(fn: Callable[[], Any]) -> int:
-    import click
+def _click_exceptions() -> list[Any]:
+    """Recent typer vendors click as typer._click; older ones use click itself. Accept both."""
+    mods = []
+    for name in ("typer.exceptions", "typer._click.exceptions", "click.exceptions"):
+        try:
+            mods.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    return mods
 
+
+def _guard(fn: Callable[[], Any]) -> int:
     from vllmdiag.model import SnapshotError
     from vllmdiag.registry import RegistryError
 
+    ex = _click_exceptions()
+    exit_types = tuple(m.Exit for m in ex if hasattr(m, "Exit"))
+    usage_types = tuple(m.ClickException for m in ex if hasattr(m, "ClickException"))
+    abort_types = tuple(m.Abort for m in ex if hasattr(m, "Abort"))
     try:
         rc = fn()
         return int(rc) if isinstance(rc, int) else 0
     except (SnapshotError, RegistryError, UsageError) as exc:
         return _fail(str(exc), EXIT_USAGE)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.ClickException as exc:
+    except exit_types as exc:
+        return int(getattr(exc, "exit_code", 0))
+    except usage_types as exc:
         exc.show()
         return EXIT_USAGE
-    except click.exceptions.Abort:
+    except abort_types:
         return _fail("aborted", 130)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)

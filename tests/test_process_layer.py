@@ -1,0 +1,123 @@
+"""Process layer on real process trees titled like vLLM: healthy, stopped, zombie, orphaned, missing rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from fake_tree import fake_tree, wait_state
+
+from vllmdiag.api import analyze_files, triage
+
+PROBES = ["processes"]  # the process layer needs nothing else; keeps these tests fast and focused
+
+
+def _triage(pid: int):  # type: ignore[no-untyped-def]
+    return triage(pids=[pid], probes=PROBES, budget_s=5)
+
+
+def test_healthy_tree_is_healthy_and_complete() -> None:
+    with fake_tree(tp=4) as t:
+        res = _triage(t.api)
+        rep = res.report
+        assert rep.verdict.status == "healthy", rep.verdict.summary
+        assert res.exit_code == 0
+        assert len(rep.deployments) == 1
+        dep = rep.deployments[0].deployment
+        assert dep.root_pid == t.api
+        assert dep.configured == {"tp": 4}
+        roles = {p["pid"]: (p["role"], (p.get("ranks") or {}).get("tp")) for p in dep.processes}
+        assert roles[t.api] == ("api_server", None)
+        assert roles[t.engine] == ("engine_core", None)
+        assert {roles[pid] for pid in t.workers.values()} == {("worker", r) for r in range(4)}
+
+
+def test_stopped_worker_is_the_culprit() -> None:
+    with fake_tree(tp=4) as t:
+        victim = t.workers[2]
+        os.kill(victim, signal.SIGSTOP)
+        wait_state(victim, "T")
+        v = _triage(t.api).report.verdict
+        assert (v.status, v.layer) == ("blocked", "process")
+        assert v.culprits[0].pid == victim
+        assert v.culprits[0].rank == 2
+        assert "stopped" in v.summary
+
+
+def test_killed_worker_zombie_is_the_culprit_with_its_rank() -> None:
+    with fake_tree(tp=4) as t:
+        victim = t.workers[1]
+        os.kill(victim, signal.SIGKILL)
+        wait_state(victim, "Z")
+        v = _triage(t.api).report.verdict
+        assert (v.status, v.layer) == ("blocked", "process")
+        assert v.culprits[0].pid == victim
+        codes = {f.code for f in _triage(t.api).report.findings}
+        assert {"process.zombie", "process.rank_missing"} <= codes
+        rank_culprits = [c for f in _triage(t.api).report.findings if f.code == "process.rank_missing" for c in f.culprits]
+        assert [(c.pid, c.rank) for c in rank_culprits] == [(victim, 1)]
+
+
+def test_engine_killed_workers_orphaned_names_missing_engine() -> None:
+    with fake_tree(tp=2) as t:
+        os.kill(t.engine, signal.SIGKILL)
+        wait_state(t.engine, "Z")
+        for w in t.workers.values():
+            deadline_ok = _reparented(w, t.engine)
+            assert deadline_ok
+        rep = _triage(t.api).report
+        v = rep.verdict
+        assert (v.status, v.layer) == ("blocked", "process")
+        assert v.culprits[0].role == "engine_core"
+        orphaned = [f for f in rep.findings if f.code == "process.workers_orphaned"]
+        assert orphaned and sorted(orphaned[0].pids) == sorted(t.workers.values())
+        # the orphans still belong to their deployment (joined by process group)
+        assert set(t.workers.values()) <= rep.deployments[0].deployment.pids
+
+
+def _reparented(pid: int, old_parent: int) -> bool:
+    import time
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as fh:
+            if int(fh.read().rsplit(")", 1)[1].split()[1]) != old_parent:
+                return True
+        time.sleep(0.02)
+    return False
+
+
+def test_missing_rank_is_named() -> None:
+    with fake_tree(tp=4, ranks=[0, 1, 3]) as t:
+        v = _triage(t.api).report.verdict
+        assert (v.status, v.layer) == ("blocked", "process")
+        assert (v.culprits[0].rank, v.culprits[0].pid) == (2, None)
+        assert "TP2" in v.summary
+
+
+def test_saved_snapshot_reanalyzes_to_the_same_verdict(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with fake_tree(tp=2) as t:
+        os.kill(t.workers[1], signal.SIGSTOP)
+        wait_state(t.workers[1], "T")
+        out = subprocess.run([sys.executable, "-m", "vllmdiag", "triage", "--json", "--pid", str(t.api),
+                              "--probe", "processes", "--save", str(tmp_path / "snap.json")],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1, out.stderr
+        live = json.loads(out.stdout)
+        again = subprocess.run([sys.executable, "-m", "vllmdiag", "analyze", "--json", "--pid", str(t.api),
+                                str(tmp_path / "snap.json")], capture_output=True, text=True, timeout=60)
+        assert again.returncode == 1, again.stderr
+        assert json.loads(again.stdout)["verdict"] == live["verdict"]
+        assert analyze_files([tmp_path / "snap.json"], [t.api]).report.verdict.to_dict() == live["verdict"]
+
+
+def test_no_deployment_exit_code_3(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    snap = {"schema_version": 1, "node": "n1", "collected_at": "", "vllmdiag_version": "x", "duration_s": 0.1,
+            "probes": {"processes": {"status": "ok", "duration_s": 0.0, "data": {"processes": []}}}}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(snap))
+    out = subprocess.run([sys.executable, "-m", "vllmdiag", "analyze", str(f)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3
