@@ -73,6 +73,9 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
         threads.append(t)
 
     non_samplers = [n for n, p in chosen.items() if not p.spec.sampler]
+    # --watch: samplers keep observing at least this long, so rates cover a longer window.
+    watch_s = float(ctx.options.get("watch_s") or 0.0)
+    watch_until = time.monotonic() + watch_s
     # Watchdog loop: enforce per-probe deadlines and the total budget.
     while True:
         now = time.monotonic()
@@ -80,9 +83,9 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
             for name, probe in chosen.items():
                 if done[name].is_set() or name not in started:
                     continue
-                limit = started[name] + probe.spec.timeout_s
+                limit = started[name] + probe.spec.timeout_s + (watch_s if probe.spec.sampler else 0.0)
                 if now >= limit or now >= ctx.deadline:
-                    allowed = min(probe.spec.timeout_s, ctx.deadline - started[name])
+                    allowed = min(limit - started[name], ctx.deadline - started[name])
                     ctx.record(name, ProbeResult("timeout", round(now - started[name], 4),
                                                  f"no answer within {allowed:.1f} s"))
                     done[name].set()
@@ -91,7 +94,7 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
                     if not done[name].is_set():  # never started: its requirement hung
                         ctx.record(name, ProbeResult("timeout", 0.0, "total budget spent before it could start"))
                         done[name].set()
-        if all(done[n].is_set() for n in non_samplers):
+        if all(done[n].is_set() for n in non_samplers) and now >= watch_until:
             ctx.mark_others_done()
         if all(e.is_set() for e in done.values()):
             break

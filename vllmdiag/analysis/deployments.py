@@ -83,7 +83,8 @@ def display_title(proc: dict[str, Any]) -> str:
 
 
 def find_deployments(snapshot: Snapshot) -> list[Deployment]:
-    procs: list[dict[str, Any]] = list(snapshot.data("processes").get("processes", []))
+    # Copies: analysis is pure and never edits the snapshot it was given.
+    procs = [_checked(p) for p in snapshot.data("processes").get("processes", [])]
     by_pid = {p["pid"]: p for p in procs}
     _mark_starting_workers(procs, by_pid)
     roots: dict[int, Deployment] = {}
@@ -108,6 +109,18 @@ def find_deployments(snapshot: Snapshot) -> list[Deployment]:
     for dep in roots.values():
         dep.processes.sort(key=lambda p: (ROLE_ORDER.get(role_of(p), 7), _rank_key(p), p["pid"]))
     return sorted(roots.values(), key=lambda d: d.root_pid)
+
+
+def _checked(proc: Any) -> dict[str, Any]:
+    if not isinstance(proc, dict):
+        raise TypeError("process entry is not an object")
+    for key in ("pid", "ppid"):
+        if not isinstance(proc.get(key), int) or isinstance(proc.get(key), bool):
+            raise TypeError(f"process {key} must be an integer")
+    out = dict(proc)
+    if not isinstance(out.get("ranks") or {}, dict):
+        raise TypeError("process ranks must be an object")
+    return out
 
 
 def _root_of(proc: dict[str, Any], by_pid: dict[int, dict[str, Any]]) -> int | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmdiag.analysis.deployments import Deployment, find_deployments
-from vllmdiag.model import LAYERS, Finding, Snapshot, Verdict
+from vllmdiag.model import LAYERS, Finding, Snapshot, SnapshotError, Verdict
 
 Analyzer = Callable[[Snapshot, list[Deployment]], list[Finding]]
 STATUS_RANK = {"healthy": 0, "no-deployment": 1, "inconclusive": 2, "degraded": 3, "blocked": 4}
@@ -71,12 +71,20 @@ def layer_analyzers() -> list[tuple[str, Analyzer]]:
 
 
 def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[list[DeploymentReport], list[Finding]]:
-    deployments = find_deployments(snapshot)
+    try:
+        deployments = find_deployments(snapshot)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise SnapshotError(f"{snapshot.node}: malformed process data ({type(exc).__name__}: {exc})") from None
     if pids:
         deployments = [d for d in deployments if d.pids & pids or d.root_pid in pids]
     findings: list[Finding] = []
-    for _layer, fn in layer_analyzers():
-        findings.extend(fn(snapshot, deployments))
+    for layer, fn in layer_analyzers():
+        try:
+            findings.extend(fn(snapshot, deployments))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            # Probe data comes from untrusted files too: wrong shapes are bad input, not a crash.
+            raise SnapshotError(f"{snapshot.node}: cannot analyze the {layer} layer: malformed probe data "
+                                f"({type(exc).__name__}: {exc})") from None
     ids = {d.id for d in deployments}
     if pids:  # node-level findings stay; other deployments' findings go
         findings = [f for f in findings if f.deployment is None or f.deployment in ids]
@@ -101,8 +109,11 @@ def decide(snapshot: Snapshot, findings: list[Finding]) -> Verdict:
 
     blocking = [f for f in findings if f.blocking]
     if blocking:
+        from vllmdiag.analysis.verdict import corroborate
+
         layer = next(layer for layer in LAYERS if any(f.layer == layer for f in blocking))
-        return write_verdict("blocked", layer, [f for f in blocking if f.layer == layer], findings)
+        verdict = write_verdict("blocked", layer, [f for f in blocking if f.layer == layer], findings)
+        return corroborate(verdict, [f for f in blocking if f.layer != layer])
     warnings = [f for f in findings if f.severity == "warning"]
     if warnings:
         return write_verdict("degraded", warnings[0].layer, warnings, findings)

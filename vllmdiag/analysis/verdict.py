@@ -47,3 +47,24 @@ def _dedupe(culprits: list[Culprit]) -> list[Culprit]:
             seen.add(key)
             out.append(c)
     return out
+
+
+def corroborate(verdict: Verdict, later: list[Finding]) -> Verdict:
+    """Follow the evidence into the later layers: a later blocking finding that blames the same
+    process corroborates the verdict; one that blames another process lowers the confidence and
+    is said out loud. Either way there is one verdict, never two contradicting ones."""
+    blamed = {(c.node, c.pid) for c in verdict.culprits if c.pid is not None}
+    agree, disagree = [], []
+    for f in later:
+        theirs = {(c.node, c.pid) for c in f.culprits if c.pid is not None}
+        if not theirs:
+            continue
+        (agree if theirs & blamed else disagree).append(f)
+    for f in agree:
+        verdict.evidence.append(f"corroborated by the {f.layer} layer: {f.message}")
+    if disagree:
+        verdict.confidence = "medium"
+        for f in disagree:
+            verdict.evidence.append(f"conflicting signal from the {f.layer} layer: {f.message}")
+        verdict.summary += " Other layers point elsewhere too (see evidence): confidence medium."
+    return verdict
