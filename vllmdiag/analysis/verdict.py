@@ -54,7 +54,8 @@ def corroborate(verdict: Verdict, later: list[Finding]) -> Verdict:
     process corroborates the verdict; one that blames another process lowers the confidence and
     is said out loud. Either way there is one verdict, never two contradicting ones."""
     blamed = {(c.node, c.pid) for c in verdict.culprits if c.pid is not None}
-    agree, disagree = [], []
+    agree: list[Finding] = []
+    disagree: list[Finding] = []
     for f in later:
         theirs = {(c.node, c.pid) for c in f.culprits if c.pid is not None}
         if not theirs:
