@@ -27,3 +27,31 @@ def shared_data() -> Path:
 
 
 requires_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+class ReliabilityCounter:
+    """Counts reliability cases so the run ends with one honest line: tried, hangs, writes, tracebacks."""
+
+    def __init__(self) -> None:
+        self.cases = self.hangs = self.writes = self.tracebacks = 0
+
+    def case(self, *, hang: bool = False, write: bool = False, traceback: bool = False) -> None:
+        self.cases += 1
+        self.hangs += int(hang)
+        self.writes += int(write)
+        self.tracebacks += int(traceback)
+
+
+_COUNTER = ReliabilityCounter()
+
+
+@pytest.fixture
+def reliability() -> ReliabilityCounter:
+    return _COUNTER
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    c = _COUNTER
+    if c.cases:
+        terminalreporter.write_line(
+            f"reliability: {c.cases} cases tried, hangs {c.hangs}, writes {c.writes}, tracebacks {c.tracebacks}")

@@ -1,0 +1,66 @@
+"""Contract tests over everything discovered: probes, analyzers, playbooks, codes."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import vllmdiag.analysis as analysis_pkg
+from vllmdiag.analysis.engine import layer_analyzers
+from vllmdiag.model import LAYERS
+from vllmdiag.playbook import load_playbooks
+from vllmdiag.probe import PROBE_LAYERS
+from vllmdiag.registry import discover
+
+EMIT = re.compile(r"""finding\(\s*["']([a-z_]+\.[a-z_]+)["']""")
+
+
+def _analysis_modules() -> list[object]:
+    out = []
+    for info in pkgutil.iter_modules(analysis_pkg.__path__):
+        module = importlib.import_module(f"vllmdiag.analysis.{info.name}")
+        if hasattr(module, "LAYER"):
+            out.append(module)
+    return out
+
+
+def test_every_probe_has_a_valid_spec() -> None:
+    probes = discover()
+    assert {"host", "processes", "sockets", "shm"} <= set(probes)
+    for name, probe in probes.items():
+        assert probe.spec.name == name
+        assert probe.spec.layer in PROBE_LAYERS
+        assert probe.spec.description
+        assert 0 < probe.spec.timeout_s <= 120
+
+
+def test_every_analyzer_declares_its_layer_and_codes() -> None:
+    modules = _analysis_modules()
+    assert modules
+    for m in modules:
+        assert m.LAYER in LAYERS  # type: ignore[attr-defined]
+        codes = m.CODES  # type: ignore[attr-defined]
+        assert codes and all(c.count(".") == 1 for c in codes)
+    assert [layer for layer, _ in layer_analyzers()][0] == "process"
+
+
+def test_every_emitted_code_is_declared_and_has_a_playbook() -> None:
+    books = load_playbooks()
+    for m in _analysis_modules():
+        declared = set(m.CODES)  # type: ignore[attr-defined]
+        source = Path(m.__file__).read_text()  # type: ignore[attr-defined]
+        emitted = set(EMIT.findall(source))
+        assert emitted <= declared, f"{m.__name__} emits undeclared codes {emitted - declared}"
+        missing = declared - set(books)
+        assert not missing, f"codes without a playbook: {sorted(missing)}"
+
+
+def test_playbooks_validate_and_confirm_steps_are_read_only() -> None:
+    books = load_playbooks()
+    assert books
+    forbidden = re.compile(r"\b(rm|kill|pkill|unlink|truncate|dd|mkfs|reboot|systemctl (?:stop|restart))\b")
+    for code, body in books.items():
+        for cmd in body["confirm"]:
+            assert not forbidden.search(cmd), f"{code}: confirm step is not read-only: {cmd}"
