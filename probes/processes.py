@@ -78,12 +78,13 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
     start_s = int(stat["starttime_ticks"]) / ticks
     threads = _threads(base / "task")
     environ = read_text(base / "environ")
+    argv = redact_argv(row["argv"])
     return {
         "pid": pid,
         "ppid": stat["ppid"],
         "pgid": stat["pgid"],
-        "title": " ".join(row["argv"])[:512],
-        "cmdline": redact_argv(row["argv"])[:64],
+        "title": " ".join(argv)[:512],
+        "cmdline": argv[:64],
         "comm": row["comm"],
         "role": info.role,
         "name": info.name,

@@ -31,13 +31,20 @@ class FakeTree:
 
 
 @contextlib.contextmanager
-def fake_tree(tp: int = 4, ranks: list[int] | None = None) -> Iterator[FakeTree]:
+def fake_tree(tp: int = 4, ranks: list[int] | None = None, extra_args: tuple[str, ...] = (),
+              env: dict[str, str] | None = None, user: str | None = None) -> Iterator[FakeTree]:
     with tempfile.TemporaryDirectory(prefix="vllmdiag-fake-") as tmp:
         state = Path(tmp) / "state.json"
         argv = [sys.executable, str(SCRIPT), "serve", "fake/model", "--tensor-parallel-size", str(tp)]
         if ranks is not None:
             argv += ["--ranks", ",".join(map(str, ranks))]
-        proc = subprocess.Popen(argv, env={**os.environ, "FAKE_TREE_STATE": str(state)}, start_new_session=True)
+        argv += list(extra_args)
+        if user:
+            # Another uid's deployment, as a non-root triage sees it (setpriv keeps it one process).
+            os.chmod(tmp, 0o777)
+            argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *argv]
+        proc = subprocess.Popen(argv, env={**os.environ, **(env or {}), "FAKE_TREE_STATE": str(state)},
+                                start_new_session=True)
         tree = None
         try:
             deadline = time.monotonic() + 20
