@@ -1,0 +1,184 @@
+"""ZMQ endpoints of vLLM processes: who binds, who connects, stale ipc files, a ZMTP greeting each."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from vllmdiag.probes import _zmtp
+from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes.sockets import parse_unix
+
+from vllmdiag.context import Context
+from vllmdiag.probe import ProbeSpec
+
+SPEC = ProbeSpec(name="endpoints", layer="handshake", description="ZMQ ipc/tcp endpoints, stale ipc files, ZMTP check",
+                 requires=("processes", "sockets"), timeout_s=3.0)
+
+# vLLM names every ipc endpoint ipc://{VLLM_RPC_BASE_PATH}/{uuid4()} (vllm-internals 1.8).
+UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+API_ROLES = ("api_server", "api_server_child")
+MAX_DIR_ENTRIES = 20000
+MAX_STALE_LISTED = 200
+
+
+def collect(ctx: Context) -> dict[str, Any]:
+    procs = scope(ctx.data("processes").get("processes", []), ctx.options.get("pids"))
+    pids = {p["pid"] for p in procs}
+    socks = ctx.data("sockets")
+    unix = [u for u in socks.get("unix", []) if set(u["pids"]) & pids]
+    tcp = [t for t in socks.get("tcp", []) if set(t["pids"]) & pids]
+    ipc = ipc_endpoints(unix)
+    listen = [{"local": t["local"], "endpoint": "tcp://" + t["local"], "pids": t["pids"], "netns": t["netns"],
+               "accepted": sum(1 for c in tcp if c["state"] == "ESTABLISHED" and c["local"] == t["local"])}
+              for t in tcp if t["state"] == "LISTEN"]
+    self_ns = {n: _readlink(ctx.proc("self", "ns", n)) for n in ("net", "mnt")}
+    live = set(socks.get("live_unix_paths", [])) | {u["path"] for u in parse_unix(read_text(ctx.proc("self", "net/unix")) or "")}
+    dirs = rpc_dirs(ctx, procs, self_ns["mnt"])
+    stale, stale_total = stale_files(dirs, live)
+    zmtp = check_all(ctx, zmtp_targets(procs, ipc, listen, self_ns))
+    return {"self_netns": self_ns["net"], "rpc_dirs": dirs, "ipc": ipc, "tcp_listen": listen,
+            "processes": [per_process(p, unix, tcp) for p in procs], "stale_files": stale,
+            "stale_total": stale_total, "zmtp": zmtp}
+
+
+def scope(procs: list[dict[str, Any]], wanted: Any) -> list[dict[str, Any]]:
+    """Processes of the deployments holding the wanted pids (ancestors, descendants, same pgid)."""
+    if not wanted:
+        return procs
+    by_pid = {p["pid"]: p for p in procs}
+    chosen = {int(w) for w in wanted}
+    pgids = {by_pid[w].get("pgid") for w in chosen if w in by_pid}
+    out = []
+    for p in procs:
+        cur: dict[str, Any] | None = p
+        seen: set[int] = set()
+        while cur is not None and cur["pid"] not in seen and cur["pid"] not in chosen:
+            seen.add(cur["pid"])
+            cur = by_pid.get(cur["ppid"])
+        if (cur is not None and cur["pid"] in chosen) or p.get("pgid") in pgids:
+            out.append(p)
+    return out
+
+
+def ipc_endpoints(unix: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Paths listened on; each accepted connection carries the listener's path in /proc/net/unix, so
+    the count of accepted sockets is the number of connected peers (the client side has no path)."""
+    out: dict[str, dict[str, Any]] = {}
+    for u in unix:
+        if u["path"] and u["listening"]:
+            ep = out.setdefault(u["path"], {"path": u["path"], "endpoint": "ipc://" + _printable(u["path"]),
+                                            "binders": [], "accepted": 0, "uuid_name": bool(UUID4.match(
+                                                os.path.basename(u["path"])))})
+            ep["binders"] = sorted(set(ep["binders"]) | set(u["pids"]))
+    for u in unix:
+        if u["path"] in out and not u["listening"] and u["state"] == "connected":
+            out[u["path"]]["accepted"] += 1
+    return sorted(out.values(), key=lambda e: e["path"])
+
+
+def per_process(p: dict[str, Any], unix: list[dict[str, Any]], tcp: list[dict[str, Any]]) -> dict[str, Any]:
+    pid = p["pid"]
+    mine = [u for u in unix if pid in u["pids"]]
+    conns = [t for t in tcp if pid in t["pids"]]
+    return {"pid": pid, "role": p.get("role"), "zmq_contexts": p.get("zmq_contexts", 0),
+            "listening": sorted({"ipc://" + _printable(u["path"]) for u in mine if u["listening"] and u["path"]}
+                                | {"tcp://" + t["local"] for t in conns if t["state"] == "LISTEN"}),
+            "unix_accepted": sum(1 for u in mine if u["path"] and not u["listening"]),
+            "unix_connected_unnamed": sum(1 for u in mine if not u["path"] and u["state"] == "connected"),
+            "unix_connecting": sum(1 for u in mine if u["state"] == "connecting"),
+            "tcp_established": sum(1 for t in conns if t["state"] == "ESTABLISHED"),
+            "tcp_syn_sent": sorted({t["remote"] for t in conns if t["state"] == "SYN_SENT"})}
+
+
+def rpc_dirs(ctx: Context, procs: list[dict[str, Any]], self_mnt: str | None) -> list[str]:
+    dirs = {str(ctx.rpc_base)}
+    for p in procs:
+        env = p.get("environ") or {}
+        base = env.get("VLLM_RPC_BASE_PATH") or env.get("TMPDIR")
+        if base and (p.get("ns", {}).get("mnt") in (None, self_mnt)):
+            dirs.add(base.rstrip("/") or "/")
+    return sorted(dirs)
+
+
+def stale_files(dirs: list[str], live: set[str]) -> tuple[list[dict[str, Any]], int]:
+    """uuid4-named socket files that no live socket uses (vLLM never unlinks MessageQueue paths)."""
+    now = time.time()
+    found: list[dict[str, Any]] = []
+    for d in dirs:
+        try:
+            with os.scandir(d) as it:
+                for i, entry in enumerate(it):
+                    if i >= MAX_DIR_ENTRIES:
+                        break
+                    if not UUID4.match(entry.name) or entry.path in live:
+                        continue
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue  # removed meanwhile
+                    if stat.S_ISSOCK(st.st_mode):
+                        found.append({"name": entry.name, "path": entry.path, "mtime": round(st.st_mtime, 3),
+                                      "age_s": round(max(0.0, now - st.st_mtime), 1)})
+        except OSError:
+            continue
+    found.sort(key=lambda f: -f["mtime"])
+    return found[:MAX_STALE_LISTED], len(found)
+
+
+def zmtp_targets(procs: list[dict[str, Any]], ipc: list[dict[str, Any]], listen: list[dict[str, Any]],
+                 self_ns: dict[str, str | None]) -> list[tuple[str, str, list[int]]]:
+    """(endpoint, fs_root, binder pids) for every listener we can reach from here."""
+    by_pid = {p["pid"]: p for p in procs}
+    http_ports = {http_port(p) for p in procs if p.get("role") in API_ROLES}
+    out: list[tuple[str, str, list[int]]] = []
+    for ep in ipc:
+        owner = by_pid.get(ep["binders"][0], {})
+        mnt = owner.get("ns", {}).get("mnt")
+        # A socket file in another mount namespace is reachable through /proc/<pid>/root.
+        root = "" if mnt in (None, self_ns["mnt"]) or ep["path"].startswith("\0") else f"/proc/{owner.get('pid')}/root"
+        out.append((ep["endpoint"], root, ep["binders"]))
+    for t in listen:
+        if t.get("netns") not in (None, "?", self_ns["net"]):
+            continue  # 127.0.0.1 here is another socket than 127.0.0.1 in its network namespace
+        host, _, port = t["local"].rpartition(":")
+        if int(port) in http_ports and {by_pid.get(p, {}).get("role") for p in t["pids"]} & set(API_ROLES):
+            continue  # the HTTP port: not ZMQ (the http probe reads it)
+        host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+        out.append((f"tcp://{host}:{port}", "", t["pids"]))
+    return out
+
+
+def check_all(ctx: Context, targets: list[tuple[str, str, list[int]]]) -> list[dict[str, Any]]:
+    if not targets:
+        return []
+    per = float(ctx.options.get("zmtp_timeout_s", 0.5))
+    per = max(0.05, min(per, ctx.remaining() - 0.2))
+    with ThreadPoolExecutor(max_workers=min(8, len(targets)), thread_name_prefix="zmtp") as pool:
+        results = list(pool.map(lambda t: {**_zmtp.check(t[0], per, fs_root=t[1]), "pids": t[2]}, targets))
+    return results
+
+
+def http_port(proc: dict[str, Any]) -> int:
+    argv = [str(a) for a in proc.get("cmdline", [])]
+    for i, arg in enumerate(argv):
+        name, _, inline = arg.partition("=")
+        value = inline or (argv[i + 1] if i + 1 < len(argv) else "")
+        if name == "--port" and value.isdigit():
+            return int(value)
+    return 8000
+
+
+def _printable(path: str) -> str:
+    return "@" + path[1:] if path.startswith("\0") else path
+
+
+def _readlink(path: os.PathLike[str]) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
