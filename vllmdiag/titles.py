@@ -76,6 +76,11 @@ def _ranks(suffix: str) -> dict[str, int]:
 
 def _is_api_server(args: list[str]) -> bool:
     """``vllm serve ...``, ``python -m vllm.entrypoints.openai.api_server ...`` and friends."""
+    exe = args[0].rsplit("/", 1)[-1]
+    # Only the interpreter (or the vllm script itself) may come first: a wrapper such as
+    # `timeout 20 python vllm serve` is the wrapper's process, not the API server.
+    if exe != "vllm" and not exe.startswith("python"):
+        return False
     for i, arg in enumerate(args[:4]):
         base = arg.rsplit("/", 1)[-1]
         if base == "vllm" and i + 1 < len(args) and args[i + 1] in ("serve", "run-batch"):
