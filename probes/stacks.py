@@ -1,0 +1,183 @@
+"""py-spy stacks of every vLLM process, dumped in parallel, each under its own deadline.
+
+A hung deployment is exactly where py-spy can hang: ptrace-stopping a process in uninterruptible
+sleep (D) never completes. So a target already stopped (T) or in D is read with ``--nonblocking``
+(no ptrace stop; a stopped process cannot change under us) and a short deadline, and any py-spy
+still running at its deadline is killed with its process group by ``ctx.run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from vllmdiag.probes._procfs import parse_stat, read_text
+
+from vllmdiag.context import Context
+from vllmdiag.model import ProbeResult, Snapshot
+from vllmdiag.probe import Partial, ProbeSpec, Skip
+
+SPEC = ProbeSpec(name="stacks", layer="gpu", description="py-spy stacks of every vLLM process (parallel, bounded)",
+                 requires=("processes",), timeout_s=6.0)
+
+DUMP_TIMEOUT_S = 3.0
+STOPPED_TIMEOUT_S = 1.0  # T/D targets: a non-blocking read either answers at once or not at all
+MAX_FRAMES = 96
+DUMP_ROLES = ("api_server", "api_server_child", "engine_core", "worker", "dp_coordinator", "spawn_child")
+PTRACE_FIX = "run as root, add CAP_SYS_PTRACE, or kubectl debug --profile=general"
+CAP_SYS_PTRACE = 19
+
+
+def collect(ctx: Context) -> dict[str, Any] | Partial:
+    native, nonblocking = bool(ctx.options.get("native")), bool(ctx.options.get("nonblocking"))
+    if native and nonblocking:
+        raise Skip("--native and --nonblocking cannot be combined (native unwinding needs the target stopped)")
+    exe = find_py_spy()
+    if exe is None:
+        raise Skip(f"py-spy not found on PATH or next to {sys.executable}; pip install py-spy")
+    targets = select_targets(ctx.data("processes"), ctx.options.get("pids"))
+    blocked = {p["pid"]: why for p in targets if (why := ptrace_block(ctx, p)) is not None}
+    if targets and len(blocked) == len(targets):
+        raise Skip(next(iter(blocked.values())))
+    mode = "native" if native else "nonblocking" if nonblocking else "blocking"
+    # Measured on 2 cores, 9 targets: 1, 2 or 3 at once all take 0.12-0.17 s (py-spy is mostly process
+    # start); more is slower. One per core keeps a slow or stuck target from delaying the others.
+    workers = max(1, min(len(targets), os.cpu_count() or 2))
+    start = time.monotonic()
+    todo = [p for p in targets if p["pid"] not in blocked]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
+        dumps = list(pool.map(lambda p: dump_one(ctx, exe, p["pid"], mode), todo))
+    dumps += [{"pid": pid, "status": "skipped", "reason": why, "duration_s": 0.0} for pid, why in blocked.items()]
+    data = {"py_spy": exe, "mode": mode, "concurrency": workers, "wall_s": round(time.monotonic() - start, 4),
+            "dumps": sorted(dumps, key=lambda d: d["pid"])}
+    failed = [d for d in dumps if d["status"] != "ok"]
+    if failed:
+        return Partial(data, f"{len(failed)} of {len(dumps)} dumps not ok: "
+                       + "; ".join(f"pid {d['pid']} {d['status']} ({d.get('reason')})" for d in failed[:3]))
+    return data
+
+
+def find_py_spy() -> str | None:
+    """The binary next to our interpreter first: a pyenv shim on PATH costs a bash start per dump."""
+    local = Path(sys.executable).parent / "py-spy"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which("py-spy")
+
+
+def select_targets(processes: dict[str, Any], pids: list[int] | None) -> list[dict[str, Any]]:
+    procs = [p for p in processes.get("processes", []) if p.get("role") in DUMP_ROLES
+             and p.get("pid") != processes.get("self_pid")]
+    if not pids:
+        return procs
+    from vllmdiag.analysis.deployments import find_deployments  # pure; copies keep the probe data intact
+
+    snap = Snapshot("local", "", "", 0.0, {"processes": ProbeResult("ok", 0.0, None, {
+        "processes": [dict(p) for p in processes.get("processes", [])]})})
+    wanted: set[int] = set(pids)
+    for dep in find_deployments(snap):
+        if dep.pids & set(pids) or dep.root_pid in pids:
+            wanted |= dep.pids
+    return [p for p in procs if p["pid"] in wanted]
+
+
+def ptrace_block(ctx: Context, proc: dict[str, Any]) -> str | None:
+    """Why ptrace (py-spy) would be refused on this target, or None. Kernel rules: Yama scope 3
+    forbids all; without CAP_SYS_PTRACE scope >= 1 forbids non-descendants and any scope forbids other uids."""
+    scope_text = read_text(ctx.proc("sys/kernel/yama/ptrace_scope"))
+    scope = int(scope_text) if scope_text and scope_text.strip().isdigit() else 0
+    if scope >= 3:
+        return "ptrace disabled by kernel.yama.ptrace_scope=3 (needs a reboot to lower); stacks cannot be read"
+    if _has_cap_ptrace(read_text(ctx.proc("self", "status"))):
+        return None
+    if scope >= 1:
+        return f"ptrace denied: kernel.yama.ptrace_scope={scope} and no CAP_SYS_PTRACE; {PTRACE_FIX}"
+    uid = proc.get("uid")
+    if uid is not None and uid != os.geteuid():
+        return f"ptrace denied: target runs as uid {uid}, we as uid {os.geteuid()}; {PTRACE_FIX}"
+    return None
+
+
+def _has_cap_ptrace(status: str | None) -> bool:
+    for line in (status or "").splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+    return os.geteuid() == 0
+
+
+def proc_state(ctx: Context, pid: int) -> str | None:
+    stat = parse_stat(read_text(ctx.proc(pid, "stat")) or "")
+    return str(stat["state"]) if stat else None
+
+
+def dump_one(ctx: Context, exe: str, pid: int, mode: str) -> dict[str, Any]:
+    before = proc_state(ctx, pid)
+    out: dict[str, Any] = {"pid": pid, "state_before": before}
+    if before is None or before in ("Z", "X"):
+        return {**out, "status": "skipped", "reason": "process gone" if before is None else "zombie: nothing to dump",
+                "duration_s": 0.0}
+    argv, timeout = [exe, "dump", "--json", "--pid", str(pid)], DUMP_TIMEOUT_S
+    if before in ("T", "t", "D"):
+        mode, timeout = "nonblocking", STOPPED_TIMEOUT_S
+    if mode in ("native", "nonblocking"):
+        argv.append(f"--{mode}")
+    res = ctx.run(argv, timeout)
+    after = proc_state(ctx, pid)
+    out.update(mode=mode, duration_s=round(res.duration_s, 4))
+    if res.timed_out and before not in ("T", "t") and after == "T":
+        # DESIGN principle 1's one exception: our py-spy was killed between its ptrace stop and the
+        # detach, which leaves a target that was running stopped. Undo exactly what we did.
+        try:
+            os.kill(pid, signal.SIGCONT)
+            out["sigcont_sent"] = True
+        except OSError:
+            pass
+        after = proc_state(ctx, pid)
+    out["state_after"] = after
+    if res.error:
+        return {**out, "status": "error", "reason": res.error}
+    if res.timed_out:
+        return {**out, "status": "timeout", "reason": f"py-spy gave no answer within {timeout:.1f} s (state {before})"}
+    try:
+        threads = parse_dump(res.stdout)
+    except ValueError as exc:
+        reason = (res.stderr.strip().splitlines() or [str(exc)])[-1][:300]
+        if "ermission" in reason:
+            reason += f"; {PTRACE_FIX}"
+        return {**out, "status": "error", "reason": reason}
+    return {**out, "status": "ok", "threads": threads}
+
+
+def parse_dump(text: str) -> list[dict[str, Any]]:
+    """py-spy ``dump --json`` output -> compact threads (frames innermost first as [name, file, line])."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"py-spy output is not JSON: {exc.msg}") from None
+    if not isinstance(raw, list):
+        raise ValueError("py-spy output is not a list of threads")
+    return [{"name": t.get("thread_name"), "os_thread_id": t.get("os_thread_id"), "active": t.get("active"),
+             "owns_gil": t.get("owns_gil"), "frames": [_frame(f) for f in t.get("frames", [])[:MAX_FRAMES]]}
+            for t in raw if isinstance(t, dict)]
+
+
+def _frame(f: dict[str, Any]) -> list[Any]:
+    return [f.get("name"), short_file(str(f.get("short_filename") or ""), str(f.get("filename") or "")), f.get("line")]
+
+
+def short_file(short: str, full: str) -> str:
+    """py-spy shortens paths relative to sys.path, or to a bare name when it cannot; keep enough
+    of the path (from site-packages on) for the rules' suffix match on ``vllm/...``."""
+    if "/" in short or "/" not in full:
+        return short or full
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in full:
+            return full.split(marker, 1)[1]
+    return "/".join(full.split("/")[-4:])

@@ -1,0 +1,257 @@
+"""Classify py-spy stacks of vLLM processes into stack classes with YAML rules (pure).
+
+Rules live in ``playbooks/stack_rules.yaml`` (format documented there); ``$VLLMDIAG_STACK_RULES``
+names an extra rules file whose rules are tried first, so users add classes without code.
+Frames are ``[name, file, line]`` (the ``stacks`` probe's compact form) or py-spy's JSON dicts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from vllmdiag.model import Snapshot
+
+ENV_EXTRA = "VLLMDIAG_STACK_RULES"
+Frame = tuple[str, str, int]
+
+
+class StackRulesError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Pattern:
+    funcs: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def matches(self, frame: Frame) -> bool:
+        return (not self.funcs or any(_func_matches(frame[0], f) for f in self.funcs)) and \
+               (not self.files or any(file_matches(frame[1], f) for f in self.files))
+
+
+@dataclass(frozen=True)
+class Rule:
+    cls: str
+    all: tuple[Pattern, ...] = ()
+    any: tuple[Pattern, ...] = ()
+    none: tuple[Pattern, ...] = ()
+    threads: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+
+
+@dataclass
+class Rules:
+    rules: list[Rule]
+    precedence: list[str]
+    ops: dict[str, str] = field(default_factory=dict)
+    backends: dict[str, str] = field(default_factory=dict)
+    backend_funcs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class StackClass:
+    name: str  # idle, executing, collective, sync_point, engine_waiting_workers, ..., unknown
+    op: str | None = None  # collective op (all_reduce, all_gather, ...)
+    backend: str | None = None  # custom_ar, pynccl, symm_mem, torch, ...
+    thread: str | None = None  # the thread that speaks for the process
+    key_frames: list[str] = field(default_factory=list)  # "func (file:line)" of the matched frames
+    where: str | None = None  # innermost vLLM frame: what a human calls "where it is"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}:{self.op}" if self.op else self.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- classification -------------------------------------------------------------------------
+def classify_threads(threads: list[dict[str, Any]], role: str | None = None, rules: Rules | None = None) -> StackClass:
+    """The class of one process: every thread is classified, the most informative one speaks."""
+    rules = rules or load_rules()
+    rank = {name: i for i, name in enumerate(rules.precedence)}
+    best: tuple[tuple[int, int], StackClass] | None = None
+    for t in threads:
+        name = str(t.get("name") or t.get("thread_name") or "")
+        frames = [_frame(f) for f in t.get("frames") or []]
+        sc = classify_frames(frames, name, role, rules)
+        if sc.name == "unknown":
+            continue
+        key = (rank.get(sc.name, len(rank)), 0 if name == "MainThread" else 1)
+        if best is None or key < best[0]:
+            best = (key, sc)
+    return best[1] if best else StackClass("unknown", thread=_main_name(threads))
+
+
+def classify_frames(frames: list[Frame], thread: str = "", role: str | None = None, rules: Rules | None = None) -> StackClass:
+    rules = rules or load_rules()
+    for rule in rules.rules:
+        hits = _rule_hits(rule, frames, thread, role)
+        if hits is None:
+            continue
+        sc = StackClass(rule.cls, thread=thread, key_frames=[_fmt(f) for f in hits][:6], where=_where(frames))
+        if rule.cls == "collective":
+            sc.op = next((rules.ops[_last(f[0])] for f in frames if _last(f[0]) in rules.ops), None)
+            sc.backend = _backend(frames, rules)
+        return sc
+    return StackClass("unknown", thread=thread, where=_where(frames))
+
+
+def classify_snapshot(snapshot: Snapshot, rules: Rules | None = None) -> dict[int, StackClass]:
+    """pid -> class for every process the ``stacks`` probe dumped."""
+    roles = {p["pid"]: p.get("role") for p in snapshot.data("processes").get("processes", [])}
+    out: dict[int, StackClass] = {}
+    for dump in snapshot.data("stacks").get("dumps", []):
+        if dump.get("threads"):
+            out[int(dump["pid"])] = classify_threads(dump["threads"], roles.get(dump["pid"]), rules)
+    return out
+
+
+def _rule_hits(rule: Rule, frames: list[Frame], thread: str, role: str | None) -> list[Frame] | None:
+    if rule.threads and not any(thread.startswith(t) for t in rule.threads):
+        return None
+    if rule.roles and role is not None and role not in rule.roles:
+        return None
+    hits: list[Frame] = []
+    for pat in rule.all:
+        hit = next((f for f in frames if pat.matches(f)), None)
+        if hit is None:
+            return None
+        hits.append(hit)
+    if rule.any:
+        found = [f for f in frames if any(p.matches(f) for p in rule.any)]
+        if not found:
+            return None
+        hits.append(found[0])
+    if any(p.matches(f) for p in rule.none for f in frames):
+        return None
+    return hits
+
+
+def _backend(frames: list[Frame], rules: Rules) -> str | None:
+    for f in frames:
+        if _last(f[0]) in rules.backend_funcs:
+            return rules.backend_funcs[_last(f[0])]
+    for f in frames:  # innermost first, as py-spy lists them
+        for suffix, backend in rules.backends.items():
+            if file_matches(f[1], suffix):
+                return backend
+    return None
+
+
+def _where(frames: list[Frame]) -> str | None:
+    for f in frames:
+        if "vllm/" in f[1] or "vllm" in f[1].split("/")[0]:
+            return _fmt(f)
+    return _fmt(frames[0]) if frames else None
+
+
+def _frame(raw: Any) -> Frame:
+    if isinstance(raw, dict):
+        return (str(raw.get("name", "")), str(raw.get("short_filename") or raw.get("filename") or ""), int(raw.get("line") or 0))
+    return (str(raw[0]), str(raw[1]), int(raw[2] or 0))
+
+
+def _fmt(f: Frame) -> str:
+    return f"{_last(f[0])} ({f[1]}:{f[2]})"
+
+
+def _last(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def _func_matches(qualified: str, pattern: str) -> bool:
+    if "." in pattern:
+        return qualified == pattern or qualified.endswith("." + pattern)
+    return _last(qualified) == pattern
+
+
+def file_matches(path: str, pattern: str) -> bool:
+    """A path suffix by whole components (``shm_broadcast.py``, ``vllm/distributed/utils.py``) or a glob."""
+    if "*" in pattern:
+        return fnmatch.fnmatchcase(path, pattern)
+    return path == pattern or path.endswith("/" + pattern)
+
+
+def _main_name(threads: list[dict[str, Any]]) -> str | None:
+    names = [str(t.get("name") or t.get("thread_name") or "") for t in threads]
+    return "MainThread" if "MainThread" in names else (names[0] if names else None)
+
+
+# ---- loading and validation ------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _load_cached(extra: str | None) -> Rules:
+    base = yaml.safe_load(resources.files("vllmdiag.playbooks").joinpath("stack_rules.yaml").read_text("utf-8"))
+    rules = parse_rules(base, "stack_rules.yaml")
+    if extra:
+        try:
+            with open(extra, encoding="utf-8") as fh:
+                more = parse_rules(yaml.safe_load(fh), extra, base=False)
+        except OSError as exc:
+            raise StackRulesError(f"{extra}: cannot read: {exc}") from None
+        rules.rules[:0] = more.rules
+        rules.precedence = more.precedence + [c for c in rules.precedence if c not in more.precedence]
+        for name in ("ops", "backends", "backend_funcs"):
+            getattr(rules, name).update(getattr(more, name))
+    return rules
+
+
+def load_rules() -> Rules:
+    return _load_cached(os.environ.get(ENV_EXTRA) or None)
+
+
+def parse_rules(raw: Any, source: str, base: bool = True) -> Rules:
+    if not isinstance(raw, dict) or not isinstance(raw.get("rules"), list):
+        raise StackRulesError(f"{source}: top level must be a mapping with a 'rules' list")
+    rules = [_rule(r, f"{source}: rules[{i}]") for i, r in enumerate(raw["rules"])]
+    precedence = _strings(raw.get("precedence", []), f"{source}: precedence")
+    maps = {k: raw.get(k) or {} for k in ("ops", "backends", "backend_funcs")}
+    for key, m in maps.items():
+        if not isinstance(m, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in m.items()):
+            raise StackRulesError(f"{source}: {key} must map strings to strings")
+    if base:
+        missing = sorted({r.cls for r in rules} - set(precedence))
+        if missing:
+            raise StackRulesError(f"{source}: classes {missing} are missing from precedence")
+    return Rules(rules, precedence, **maps)
+
+
+def _rule(raw: Any, where: str) -> Rule:
+    known = {"class", "all", "any", "none", "threads", "roles"}
+    if not isinstance(raw, dict) or not isinstance(raw.get("class"), str):
+        raise StackRulesError(f"{where}: a rule is a mapping with a 'class' string")
+    if set(raw) - known:
+        raise StackRulesError(f"{where}: unknown keys {sorted(set(raw) - known)}")
+    if not (raw.get("all") or raw.get("any")):
+        raise StackRulesError(f"{where}: rule {raw['class']!r} needs 'all' or 'any' patterns")
+    pats = {k: tuple(_pattern(p, f"{where}.{k}") for p in _list(raw.get(k), f"{where}.{k}")) for k in ("all", "any", "none")}
+    return Rule(raw["class"], pats["all"], pats["any"], pats["none"],
+                tuple(_strings(raw.get("threads", []), f"{where}.threads")), tuple(_strings(raw.get("roles", []), f"{where}.roles")))
+
+
+def _pattern(raw: Any, where: str) -> Pattern:
+    if not isinstance(raw, dict) or not raw or set(raw) - {"func", "file"}:
+        raise StackRulesError(f"{where}: a pattern is a mapping with 'func' and/or 'file'")
+    return Pattern(tuple(_strings(raw.get("func", []), where)), tuple(_strings(raw.get("file", []), where)))
+
+
+def _list(raw: Any, where: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise StackRulesError(f"{where}: must be a list")
+    return raw
+
+
+def _strings(raw: Any, where: str) -> list[str]:
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(isinstance(x, str) and x for x in items):
+        raise StackRulesError(f"{where}: must be a string or a list of non-empty strings")
+    return list(items)
