@@ -232,8 +232,8 @@ def _rule(raw: Any, where: str) -> Rule:
     if not (raw.get("all") or raw.get("any")):
         raise StackRulesError(f"{where}: rule {raw['class']!r} needs 'all' or 'any' patterns")
     pats = {k: tuple(_pattern(p, f"{where}.{k}") for p in _list(raw.get(k), f"{where}.{k}")) for k in ("all", "any", "none")}
-    return Rule(raw["class"], pats["all"], pats["any"], pats["none"],
-                tuple(_strings(raw.get("threads", []), f"{where}.threads")), tuple(_strings(raw.get("roles", []), f"{where}.roles")))
+    threads, roles = (tuple(_strings(raw.get(k, []), f"{where}.{k}")) for k in ("threads", "roles"))
+    return Rule(raw["class"], pats["all"], pats["any"], pats["none"], threads, roles)
 
 
 def _pattern(raw: Any, where: str) -> Pattern:
