@@ -1,0 +1,232 @@
+"""The API server's HTTP side: listeners, /health, /metrics twice, client connections' queues twice."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import time
+from typing import Any
+
+from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes.endpoints import API_ROLES, http_port, scope
+from vllmdiag.probes.sockets import parse_tcp, socket_inodes
+
+from vllmdiag.context import Context
+from vllmdiag.probe import ProbeSpec, Skip
+
+SPEC = ProbeSpec(name="http", layer="client", description="API server /health, /metrics, client send queues",
+                 requires=("processes", "sockets"), timeout_s=20.0, sampler=True)
+
+METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
+           "vllm:generation_tokens_total": "generation_tokens", "vllm:prompt_tokens_total": "prompt_tokens"}
+# Tables where a socket inode shows once it listens or connects; a TCP socket that is only bound
+# (vLLM reserves the HTTP port long before listen(), vllm-internals 3.3 step 8) is in none of them.
+NET_TABLES = {"tcp": 9, "tcp6": 9, "udp": 9, "udp6": 9, "raw": 9, "raw6": 9, "udplite": 9, "udplite6": 9, "unix": 6,
+              "netlink": 9, "packet": 8}  # table -> column of the inode
+STALL_BYTES = 16384  # Send-Q at or above this in both samples = suspect; then we look the peer up
+MIN_GAP_S = 0.3
+RESERVE_S = 1.5  # kept for the second sample after waiting for the other probes
+MAX_BODY = 8 << 20
+_NAME = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{)?")
+
+
+def collect(ctx: Context) -> dict[str, Any]:
+    start = time.monotonic()
+    procs = scope(ctx.data("processes").get("processes", []), ctx.options.get("pids"))
+    api = [p for p in procs if p.get("role") in API_ROLES]
+    if not api:
+        raise Skip("no vLLM API server process (offline LLM engine, or no deployment)")
+    socks = ctx.data("sockets")
+    servers = find_servers(socks, {p["pid"] for p in api}, _readlink(ctx.proc("self", "ns", "net")))
+    out: dict[str, Any] = {"api_servers": [_api_info(ctx, p, socks) for p in api], "servers": servers}
+    gets = [s for s in servers if s["same_netns"]]
+    step = min(2.0, max(0.2, ctx.remaining() / 4))
+    for s in servers:
+        _sample_conns(ctx, s, 0)
+    for s in gets:
+        s["health"] = get(s["host"], s["port"], "/health", step)
+        s["metrics"] = [metrics_sample(s, step, start)]
+        if ctx.options.get("probe_request"):
+            limit = float(ctx.options.get("probe_request_timeout_s", 8.0))
+            s["probe_request"] = probe_request(s, min(limit, ctx.remaining() - RESERVE_S))
+    # Second sample near the end of the triage (samplers overlap the slow probes), at least MIN_GAP_S later.
+    t0 = time.monotonic()
+    end = min(start + SPEC.timeout_s, t0 + ctx.remaining()) - RESERVE_S
+    ctx.wait_others(end - time.monotonic())
+    time.sleep(max(0.0, min(t0 + MIN_GAP_S, end) - time.monotonic()))
+    for s in servers:
+        _sample_conns(ctx, s, 1)
+    for s in gets:
+        s["metrics"].append(metrics_sample(s, min(1.0, max(0.05, ctx.remaining() - 0.3)), start))
+    out["sample_gap_s"] = round(time.monotonic() - t0, 3)
+    for s in servers:
+        s["connections"] = list(s["connections"].values())
+        _find_peers(ctx, s)
+    return out
+
+
+def find_servers(socks: dict[str, Any], api_pids: set[int], self_net: str | None) -> list[dict[str, Any]]:
+    """One entry per TCP listening address held by an API server (several API servers share one)."""
+    servers: dict[str, dict[str, Any]] = {}
+    for t in socks.get("tcp", []):
+        if t["state"] == "LISTEN" and api_pids & set(t["pids"]):
+            host, _, port = t["local"].rpartition(":")
+            host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+            servers.setdefault(t["local"], {"address": t["local"], "host": host.strip("[]"), "port": int(port),
+                                            "pids": sorted(api_pids & set(t["pids"])), "connections": {},
+                                            "same_netns": t.get("netns") in (None, "?", self_net)})
+    return list(servers.values())
+
+
+def _api_info(ctx: Context, p: dict[str, Any], socks: dict[str, Any]) -> dict[str, Any]:
+    pid = p["pid"]
+    unlisted = sorted(set(socket_inodes(ctx, pid)) - _listed_inodes(ctx, pid))
+    return {"pid": pid, "role": p.get("role"), "age_s": p.get("age_s"), "cfg_port": http_port(p),
+            "tcp_listen": sorted(t["local"] for t in socks.get("tcp", []) if t["state"] == "LISTEN" and pid in t["pids"]),
+            "unix_listen": sorted(u["path"] for u in socks.get("unix", []) if u["listening"] and pid in u["pids"]),
+            "unlisted_socket_inodes": unlisted[:64]}
+
+
+def _listed_inodes(ctx: Context, pid: int) -> set[int]:
+    listed: set[int] = set()
+    for table, idx in NET_TABLES.items():
+        for line in (read_text(ctx.proc(pid, "net", table)) or "").splitlines()[1:]:
+            parts = line.split()
+            if len(parts) > idx and parts[idx].isdigit():
+                listed.add(int(parts[idx]))
+    return listed
+
+
+def _sample_conns(ctx: Context, server: dict[str, Any], i: int) -> None:
+    mine: set[int] = set()
+    for pid in server["pids"]:
+        mine |= set(socket_inodes(ctx, pid))
+    pid = server["pids"][0]
+    for fname, fam in (("net/tcp", 4), ("net/tcp6", 6)):
+        for e in parse_tcp(read_text(ctx.proc(pid, fname)) or "", fam):
+            if e["inode"] not in mine or e["state"] == "LISTEN" or not e["local"].endswith(f":{server['port']}"):
+                continue
+            c = server["connections"].setdefault((e["local"], e["remote"]), {
+                "local": e["local"], "remote": e["remote"], "inode": e["inode"], "send_q": [None, None],
+                "recv_q": [None, None], "state": [None, None], "peer": None})
+            c["send_q"][i], c["recv_q"][i], c["state"][i] = e["send_q"], e["recv_q"], e["state"]
+
+
+def _find_peers(ctx: Context, server: dict[str, Any]) -> None:
+    """Suspects only: the peer's socket in the same network namespace, then the pid holding it."""
+    suspects = [c for c in server["connections"] if min(q or 0 for q in c["send_q"]) >= STALL_BYTES]
+    if not suspects:
+        return
+    table = [e for fname, fam in (("net/tcp", 4), ("net/tcp6", 6))
+             for e in parse_tcp(read_text(ctx.proc(server["pids"][0], fname)) or "", fam)]
+    want: dict[int, dict[str, Any]] = {}
+    for c in suspects:
+        peer = next((e for e in table if e["local"] == c["remote"] and e["remote"] == c["local"]), None)
+        if peer is not None:
+            c["peer"] = {"inode": peer["inode"], "recv_q": peer["recv_q"], "send_q": peer["send_q"], "pid": None}
+            want[peer["inode"]] = c["peer"]
+    for name in os.listdir(ctx.proc_root):
+        if not want or ctx.remaining() < 0.2:
+            break
+        if name.isdigit():
+            for inode in set(socket_inodes(ctx, int(name))) & set(want):
+                peer = want.pop(inode)
+                peer["pid"] = int(name)
+                peer["comm"] = (read_text(ctx.proc(name, "comm")) or "").strip()
+
+
+def metrics_sample(server: dict[str, Any], timeout_s: float, since: float) -> dict[str, Any]:
+    res = get(server["host"], server["port"], "/metrics", timeout_s, keep_body=True)
+    body = res.pop("body", None)
+    res["at_s"] = round(time.monotonic() - since, 3)
+    if body is not None and res.get("status") == 200:
+        res.update(parse_metrics(body))
+    return res
+
+
+def probe_request(server: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """One max_tokens=1 completion: the only proof that workers answer (/health does not ask them)."""
+    if timeout_s <= 0.2:
+        return {"status": None, "error": "no time left"}
+    models = get(server["host"], server["port"], "/v1/models", min(1.0, timeout_s / 4), keep_body=True)
+    model = None
+    try:
+        model = json.loads(models.get("body") or "{}")["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        pass
+    payload = {"prompt": "ping", "max_tokens": 1, "temperature": 0, **({"model": model} if model else {})}
+    res = get(server["host"], server["port"], "/v1/completions", timeout_s - (models.get("latency_ms") or 0) / 1000,
+              body=json.dumps(payload).encode())
+    res["model"] = model
+    return res
+
+
+def get(host: str, port: int, path: str, timeout_s: float, *, keep_body: bool = False,
+        body: bytes | None = None) -> dict[str, Any]:
+    start = time.monotonic()
+    conn = http.client.HTTPConnection(host, port, timeout=max(0.05, timeout_s))
+    out: dict[str, Any] = {"path": path, "status": None, "error": None}
+    try:
+        headers = {"Connection": "close", **({"Content-Type": "application/json"} if body else {})}
+        conn.request("POST" if body else "GET", path, body=body, headers=headers)
+        resp = conn.getresponse()
+        out["status"] = resp.status
+        data = b""
+        while len(data) < MAX_BODY and time.monotonic() - start < timeout_s:
+            chunk = resp.read(65536)
+            if not chunk:
+                break
+            data += chunk
+        if keep_body:
+            out["body"] = data.decode("utf-8", "replace")
+    except ConnectionRefusedError:
+        out["error"] = "refused"
+    except TimeoutError:
+        out["error"] = "timeout"
+    except (OSError, http.client.HTTPException) as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        conn.close()
+    out["latency_ms"] = round((time.monotonic() - start) * 1000, 1)
+    return out
+
+
+def parse_metrics(text: str) -> dict[str, float | None]:
+    """Sums of the vLLM series we use over all label sets (one per engine with DP), Prometheus text."""
+    sums: dict[str, float | None] = dict.fromkeys(METRICS.values())
+    for line in text.splitlines():
+        m = _NAME.match(line)
+        key = METRICS.get(m.group(1)) if m else None
+        if m is None or key is None:
+            continue
+        pos = _close_brace(line, m.end() - 1) + 1 if m.group(2) else m.end()
+        try:
+            value = float(line[pos:].split()[0])
+        except (ValueError, IndexError):
+            continue
+        sums[key] = (sums[key] or 0.0) + value
+    return sums
+
+
+def _close_brace(line: str, start: int) -> int:
+    quoted = escaped = False
+    for i in range(start, len(line)):
+        ch = line[i]
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == "}" and not quoted:
+            return i
+    return len(line)
+
+
+def _readlink(path: os.PathLike[str]) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
