@@ -43,7 +43,8 @@ def test_any_json_value(raw: Any) -> None:
 def test_corrupted_probe_data(probe: str, payload: Any, procs: list[dict[str, Any]]) -> None:
     snap = {"schema_version": 1, "node": "n", "collected_at": "", "vllmdiag_version": "x", "duration_s": 1,
             "probes": {"processes": {"status": "ok", "duration_s": 0, "data": {"processes": procs}},
-                       probe: {"status": "ok", "duration_s": 0, "data": payload if isinstance(payload, dict) else {"x": payload}}}}
+                       probe: {"status": "ok", "duration_s": 0,
+                               "data": payload if isinstance(payload, dict) else {"x": payload}}}}
     _analyze_raw(snap)
 
 
