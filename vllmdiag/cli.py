@@ -153,6 +153,7 @@ def triage_command(
         raise UsageError("--watch must be between 0 and 3600 seconds")
     if native and nonblocking:
         raise UsageError("--native cannot be combined with --nonblocking (py-spy refuses it)")
+    _check_report_name(report)
     options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": nccl_ras,
                                "probe_request": probe_request}
     if watch:
@@ -169,6 +170,8 @@ def analyze_command(
 ) -> int:
     """Recompute the verdict offline from saved snapshots."""
     from vllmdiag.api import analyze_files
+
+    _check_report_name(report)
     from vllmdiag.model import SnapshotError
 
     try:
@@ -194,6 +197,11 @@ def playbook_command(
         raise UsageError(f"unknown finding code {code!r}; run `vllmdiag playbook` for the list")
     show_playbook(code, books[code])
     return 0
+
+
+def _check_report_name(report: Path | None) -> None:
+    if report is not None and report.suffix.lower() not in (".html", ".htm", ".md"):
+        raise UsageError(f"--report {report}: use a .html or .md file name")
 
 
 def _opt(*names: str, help: str) -> Any:
