@@ -97,7 +97,14 @@ def build_app() -> Any:
     app.command("collect", help="Collect a snapshot (JSON) of this node; see `vllmdiag collect --help`.",
                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(_collect_passthrough)
     app.command("playbook")(playbook_command)
-    for module, attr in (("vllmdiag.sim.cli", "register"), ("vllmdiag.fleet.cli", "register"),
+    app.command("demo")(demo_command)
+    try:
+        from vllmdiag.sim.cli import app as sim_app
+
+        app.add_typer(sim_app, name="sim", help="Simulated vLLM 0.33 deployments with fault injection.")
+    except ImportError:
+        pass
+    for module, attr in (("vllmdiag.fleet.cli", "register"),
                          ("vllmdiag.gate.cli", "register")):
         try:
             register = getattr(importlib.import_module(module), attr)
@@ -197,6 +204,18 @@ def playbook_command(
         raise UsageError(f"unknown finding code {code!r}; run `vllmdiag playbook` for the list")
     show_playbook(code, books[code])
     return 0
+
+
+def demo_command(
+    fault: Annotated[str, _opt("--fault", help="fault to inject (see `vllmdiag sim list-faults`)")] = "straggler",
+    tp: Annotated[int, _opt("--tp", help="tensor-parallel size (1-8)")] = 4,
+) -> int:
+    """Start a simulated hung vLLM deployment, triage it, show the verdict, tear it all down."""
+    from vllmdiag.sim.demo import demo
+
+    if not 1 <= tp <= 8:
+        raise UsageError("--tp must be between 1 and 8")
+    return int(demo(fault=fault, tp=tp))
 
 
 def _check_report_name(report: Path | None) -> None:
