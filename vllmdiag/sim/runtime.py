@@ -1,0 +1,99 @@
+"""Glue between the simulated vLLM processes and the sim launcher: paths, records, acks.
+
+Every simulated process finds its deployment directory through `VLLMDIAG_SIM_DIR` (inherited
+over fork). Records are append-only text files, so a process that dies mid-start still leaves
+the launcher enough to clean up what it created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+ENV_DIR = "VLLMDIAG_SIM_DIR"
+# Readers spin this long after a message before blocking in poll. vLLM spins 1 s; the sim
+# spins briefly because tests run many deployments on 2 cores.
+BUSY_LOOP_S = 0.002
+# Pause inside each `sched_yield` so a writer stuck on a full ring keeps vLLM's frames
+# (`acquire_write` -> `sched_yield`) without burning a whole core.
+YIELD_SLEEP_S = 0.001
+# One decode step while requests run (about 30 tokens/s per request).
+STEP_INTERVAL_S = 0.03
+
+
+def deployment_dir() -> Path | None:
+    value = os.environ.get(ENV_DIR)
+    return Path(value) if value else None
+
+
+def record(kind: str, value: str) -> None:
+    """Append one line to `<dir>/<kind>.txt` (segments, ipc paths) for `sim down`."""
+    base = deployment_dir()
+    if base is None:
+        return
+    fd = os.open(base / f"{kind}.txt", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (value + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def read_records(base: Path, kind: str) -> list[str]:
+    try:
+        return [line for line in (base / f"{kind}.txt").read_text().splitlines() if line]
+    except FileNotFoundError:
+        return []
+
+
+def ack(event: str) -> None:
+    """Tell the launcher that `event` happened (e.g. a fault reached its hang point)."""
+    base = deployment_dir()
+    if base is None:
+        return
+    (base / "acks").mkdir(exist_ok=True)
+    (base / "acks" / event).write_text(str(time.time()))
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomic replace, so a concurrent reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+class FaultWatch:
+    """Cheap change detection on `<dir>/fault.json` (one stat per check)."""
+
+    def __init__(self) -> None:
+        base = deployment_dir()
+        self.path = base / "fault.json" if base else None
+        self.seen_seq = -1
+
+    def poll(self) -> dict[str, Any] | None:
+        if self.path is None:
+            return None
+        spec = read_json(self.path)
+        if not isinstance(spec, dict) or spec.get("seq", -1) <= self.seen_seq:
+            return None
+        self.seen_seq = int(spec["seq"])
+        return spec
+
+
+_acked_waits: set[str] = set()
+
+
+def note_blocked(what: str, elapsed_s: float) -> None:
+    """Ack once per process when a wait has clearly stopped making progress."""
+    if elapsed_s > 0.2 and what not in _acked_waits:
+        _acked_waits.add(what)
+        ack(f"{what}-{os.getpid()}")

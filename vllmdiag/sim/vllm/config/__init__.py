@@ -1,0 +1,1 @@
+"""Mirror of vLLM module paths."""
