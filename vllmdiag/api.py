@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllmdiag.analysis.engine import Report, analyze
 from vllmdiag.context import Context
 from vllmdiag.model import Snapshot, SnapshotError
 from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
+
+if TYPE_CHECKING:
+    from vllmdiag.analysis.engine import Report
 
 EXIT_CODES = {"healthy": 0, "blocked": 1, "degraded": 1, "no-deployment": 3, "inconclusive": 4}
 EXIT_USAGE = 2
@@ -49,6 +51,8 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     if pids:
         opts["pids"] = list(pids)
     snap = collect(probes=probes, options=opts, budget_s=budget_s, ctx=ctx)
+    from vllmdiag.analysis.engine import analyze
+
     return TriageResult(analyze([snap], set(pids) if pids else None))
 
 
@@ -58,6 +62,8 @@ def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageRes
         snaps.extend(load_snapshots(path))
     if not snaps:
         raise SnapshotError("no snapshot found in " + ", ".join(str(p) for p in paths))
+    from vllmdiag.analysis.engine import analyze
+
     return TriageResult(analyze(snaps, set(pids) if pids else None))
 
 

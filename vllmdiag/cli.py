@@ -45,32 +45,34 @@ def _click_exceptions() -> list[Any]:
 
 
 def _guard(fn: Callable[[], Any]) -> int:
+    """Run a command; map every error to one line and an exit code (never a traceback).
+
+    Exception classes of typer/click are looked up only when something was raised, so the
+    collect fast path never imports them."""
     from vllmdiag.model import SnapshotError
     from vllmdiag.registry import RegistryError
 
-    ex = _click_exceptions()
-    exit_types = tuple(m.Exit for m in ex if hasattr(m, "Exit"))
-    usage_types = tuple(m.ClickException for m in ex if hasattr(m, "ClickException"))
-    abort_types = tuple(m.Abort for m in ex if hasattr(m, "Abort"))
     try:
         rc = fn()
         return int(rc) if isinstance(rc, int) else 0
     except (SnapshotError, RegistryError, UsageError) as exc:
         return _fail(str(exc), EXIT_USAGE)
-    except exit_types as exc:
-        return int(getattr(exc, "exit_code", 0))
-    except usage_types as exc:
-        exc.show()
-        return EXIT_USAGE
-    except abort_types:
-        return _fail("aborted", 130)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # the last line of defence: never a traceback for the on-call engineer
+    except Exception as exc:
+        ex = _click_exceptions()
+        if isinstance(exc, tuple(m.Exit for m in ex if hasattr(m, "Exit"))):
+            return int(getattr(exc, "exit_code", 0))
+        if isinstance(exc, tuple(m.ClickException for m in ex if hasattr(m, "ClickException"))):
+            exc.show()  # type: ignore[attr-defined]
+            return EXIT_USAGE
+        if isinstance(exc, tuple(m.Abort for m in ex if hasattr(m, "Abort"))):
+            return _fail("aborted", 130)
         if os.environ.get("VLLMDIAG_DEBUG"):
             raise
+        # The last line of defence: the on-call engineer gets one line, not a traceback.
         return _fail(f"internal error: {type(exc).__name__}: {exc} (set VLLMDIAG_DEBUG=1 for a traceback)",
                      EXIT_INCONCLUSIVE)
 
