@@ -1,0 +1,71 @@
+"""Collect a snapshot for the gate (existing runner + the gate's own probes) and evaluate the checks."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from vllmdiag.cli_errors import UsageError
+from vllmdiag.context import Context
+from vllmdiag.gate import preflight, urlprobe
+from vllmdiag.gate.checks import evaluate
+from vllmdiag.gate.config import GateConfig
+from vllmdiag.gate.result import NodeGateResult
+from vllmdiag.model import Snapshot
+from vllmdiag.registry import Probe, discover
+from vllmdiag.runner import collect_snapshot
+
+# Probes the checks read. Teammates' probes (nvml, libs) join when discovered; stacks, rings and
+# endpoints are left out on purpose: a gate must not pause targets (py-spy) or connect to them (ZMTP).
+WANTED = ("host", "processes", "shm", "nvml", "libs")
+
+
+def validate_url(url: str | None) -> str | None:
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise UsageError(f"--url must look like http://host:port, got {url!r}")
+    return url.rstrip("/")
+
+
+def gate_options(cfg: GateConfig, url: str | None) -> dict[str, Any]:
+    opts: dict[str, Any] = {"gate_ports": list(cfg.ports), "gate_tp": cfg.tp}
+    if url:
+        opts.update(gate_url=url, gate_health_timeout_s=cfg.health_timeout_s,
+                    gate_completion_deadline_s=cfg.completion_deadline_s)
+        if cfg.model:
+            opts["gate_model"] = cfg.model
+    return opts
+
+
+def collect_for_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None) -> Snapshot:
+    ctx = ctx or Context()
+    ctx.options.update(gate_options(cfg, url))
+    registry = dict(discover())
+    registry["preflight"] = Probe(preflight.SPEC, preflight.collect)
+    names = [n for n in WANTED if n in registry] + ["preflight"]
+    budget = cfg.collect_budget_s
+    if url:
+        spec = urlprobe.spec(cfg.health_timeout_s, cfg.completion_deadline_s)
+        registry["gate_url"] = Probe(spec, urlprobe.collect)
+        names.append("gate_url")
+        budget = max(budget, spec.timeout_s + 0.5)
+    return collect_snapshot(ctx, probes=names, registry=registry, budget_s=budget)
+
+
+def run_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None) -> NodeGateResult:
+    """The whole node gate: collect, then every check. Never raises for what it finds."""
+    start = time.monotonic()
+    snap = collect_for_gate(cfg, validate_url(url), ctx)
+    return NodeGateResult(snap.node, evaluate(snap, cfg), snap, time.monotonic() - start)
+
+
+def gate_snapshot(snap: Snapshot, cfg: GateConfig) -> NodeGateResult:
+    """Node checks over an already collected snapshot (a sweep's, or a saved file)."""
+    return NodeGateResult(snap.node, evaluate(snap, cfg), snap, snap.duration_s)
