@@ -51,7 +51,34 @@ def reliability() -> ReliabilityCounter:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    _print_matrix(terminalreporter)
     c = _COUNTER
     if c.cases:
         terminalreporter.write_line(
             f"reliability: {c.cases} cases tried, hangs {c.hangs}, writes {c.writes}, tracebacks {c.tracebacks}")
+
+
+class AccuracyMatrix:
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[int, str]] = {}
+
+    def record(self, fault: str, tp: int, seen: str, ok: bool) -> None:
+        self.rows.setdefault(fault, {})[tp] = ("ok " if ok else "MISS ") + seen
+
+
+_MATRIX = AccuracyMatrix()
+
+
+@pytest.fixture
+def accuracy_matrix() -> AccuracyMatrix:
+    return _MATRIX
+
+
+def _print_matrix(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _MATRIX.rows:
+        return
+    tps = sorted({tp for row in _MATRIX.rows.values() for tp in row})
+    terminalreporter.write_line("accuracy matrix (fault x TP):")
+    terminalreporter.write_line(f"  {'fault':22}" + "".join(f"{'TP=' + str(tp):28}" for tp in tps))
+    for fault, row in _MATRIX.rows.items():
+        terminalreporter.write_line(f"  {fault:22}" + "".join(f"{row.get(tp, '-'):28}" for tp in tps))

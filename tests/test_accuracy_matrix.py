@@ -1,0 +1,87 @@
+"""Accuracy matrix over DESIGN.md's fault catalog on the simulator, TP 2, 4 and 8.
+
+Each fault must be named with the right layer and culprit; each healthy case must be healthy
+(a false alarm is as bad as a miss). Every live verdict must also be reproduced by `analyze` of the
+saved snapshot. The matrix prints at the end of the run (see conftest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.api import analyze_files, triage
+from vllmdiag.model import Culprit
+
+sim = pytest.importorskip("vllmdiag.sim.deployment")
+Deployment = sim.Deployment
+
+TPS = (2, 4, 8)
+# fault -> (status, layer, who): who is "worker", "engine_core", "api_server", "client", "segments" or None
+EXPECT: dict[str, tuple[str, str | None, str | None]] = {
+    "healthy": ("healthy", None, None),
+    "healthy-load": ("healthy", None, None),
+    "worker-killed": ("blocked", "process", "worker"),
+    "worker-gone": ("blocked", "process", "worker"),
+    "worker-stopped": ("blocked", "process", "worker"),
+    "engine-killed": ("blocked", "process", "engine_core"),
+    "endpoint-gone": ("blocked", "handshake", "api_server"),
+    "rpc-ring-full": ("blocked", "queue", "worker"),
+    "response-ring-full": ("blocked", "queue", "engine_core"),
+    "engine-stuck": ("blocked", "queue", "engine_core"),
+    "straggler": ("blocked", "gpu", "worker"),
+    "collective-mismatch": ("blocked", "gpu", "worker"),
+    "client-stalled": ("blocked", "client", "client"),
+    "shm-leak": ("degraded", "queue", "segments"),
+}
+RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full", "straggler",
+          "collective-mismatch"}
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy needs root to read the simulator's stacks")
+
+
+def _rank(fault: str, tp: int) -> int | None:
+    return (tp - 1 if tp <= 2 else tp // 2) if fault in RANKED else None
+
+
+def _blames(c: Culprit, who: str | None, dep: Any, fault: str, rank: int | None) -> bool:
+    if who == "worker":
+        if fault == "response-ring-full":
+            return False
+        return c.role == "worker" and c.rank == rank and (c.pid in (None, dep.worker_pid(rank)))
+    if who == "engine_core":
+        return c.role == "engine_core"
+    if who == "api_server":
+        return c.role == "api_server" and c.pid == dep.root_pid
+    if who == "client":
+        clients = dep.pids_by_role.get("client", [])
+        return c.pid in clients or c.role == "client"
+    return who == "segments"
+
+
+@needs_root
+@pytest.mark.parametrize("tp", TPS)
+@pytest.mark.parametrize("fault", list(EXPECT))
+def test_fault_is_named(fault: str, tp: int, tmp_path: Path, accuracy_matrix: Any, reliability: Any) -> None:
+    status, layer, who = EXPECT[fault]
+    rank = _rank(fault, tp)
+    with Deployment.up(tp=tp, fault=fault, rank=rank) as dep:
+        start = time.monotonic()
+        result = triage(pids=[dep.root_pid], budget_s=8)
+        elapsed = time.monotonic() - start
+        v = result.report.verdict
+        snap_file = tmp_path / "snap.json"
+        snap_file.write_text(json.dumps(result.report.snapshots[0].to_dict()))
+        again = analyze_files([snap_file], [dep.root_pid]).report.verdict
+        ok_status = v.status == status and v.layer == layer
+        ok_culprit = who is None or any(_blames(c, who, dep, fault, rank) for c in v.culprits[:1])
+        ok_offline = again.to_dict() == v.to_dict()
+        accuracy_matrix.record(fault, tp, f"{v.status}/{v.layer or '-'}", ok_status and ok_culprit and ok_offline)
+        reliability.case(hang=elapsed > 10)
+        assert (v.status, v.layer) == (status, layer), f"{fault} TP={tp}: {v.summary}\n{v.evidence}"
+        assert ok_culprit, f"{fault} TP={tp}: wrong culprit {[c.to_dict() for c in v.culprits]}\n{v.summary}"
+        assert ok_offline, "analyze of the saved snapshot must reproduce the live verdict"
