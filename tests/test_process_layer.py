@@ -8,9 +8,9 @@ import signal
 import subprocess
 import sys
 
-from fake_tree import fake_tree, wait_state
-
 from vllmdiag.api import analyze_files, triage
+
+from fake_tree import fake_tree, wait_state
 
 PROBES = ["processes"]  # the process layer needs nothing else; keeps these tests fast and focused
 

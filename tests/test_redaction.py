@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from fake_tree import fake_tree
-
 from vllmdiag.api import triage
 from vllmdiag.probes._procfs import redact_argv, redact_env
+
+from fake_tree import fake_tree
 
 SECRETS = ("hf_SeCrEtToKeN123", "sk-LiVeKey999", "p4ssw0rd!", "AKIAEXAMPLEKEY")
 

@@ -96,7 +96,8 @@ def test_requirements_run_first_and_samplers_overlap_the_rest() -> None:
 def test_ctx_run_kills_the_whole_process_group(tmp_path: Any, reliability: Any) -> None:
     marker = tmp_path / "grandchild.pid"
     code = ("import os,subprocess,sys,time;"
-            f"p=subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']);open({str(marker)!r},'w').write(str(p.pid));"
+            "p=subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']);"
+            f"open({str(marker)!r},'w').write(str(p.pid));"
             "time.sleep(60)")
     ctx = Context()
     ctx.deadline = time.monotonic() + 10
