@@ -47,7 +47,7 @@ def _sequential_pyspy(pyspy: str, pids: list[int]) -> float:
 def _collect_rss_kb(root: int) -> int:
     out = subprocess.run([sys.executable, "-c", RSS_SNIPPET, "collect", "--json", "--pid", str(root)],
                          capture_output=True, text=True, timeout=120)
-    line = next(l for l in out.stderr.splitlines() if l.startswith("VMHWM_KB="))
+    line = next(x for x in out.stderr.splitlines() if x.startswith("VMHWM_KB="))
     return int(line.split("=")[1])
 
 
