@@ -18,11 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.probes._procfs import parse_stat, read_text
-
 from vllmdiag.context import Context
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probe import Partial, ProbeSpec, Skip
+from vllmdiag.probes._procfs import parse_stat, read_text
 
 SPEC = ProbeSpec(name="stacks", layer="gpu", description="py-spy stacks of every vLLM process (parallel, bounded)",
                  requires=("processes",), timeout_s=6.0)
@@ -30,6 +29,7 @@ SPEC = ProbeSpec(name="stacks", layer="gpu", description="py-spy stacks of every
 DUMP_TIMEOUT_S = 3.0
 STOPPED_TIMEOUT_S = 1.0  # T/D targets: a non-blocking read either answers at once or not at all
 MAX_FRAMES = 96
+SETTLE_S = 0.3  # a decode step takes 10-100 ms: a picture still there 0.3 s later is not in passing
 DUMP_ROLES = ("api_server", "api_server_child", "engine_core", "worker", "dp_coordinator", "spawn_child")
 PTRACE_FIX = "run as root, add CAP_SYS_PTRACE, or kubectl debug --profile=general"
 CAP_SYS_PTRACE = 19
@@ -54,6 +54,7 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     todo = [p for p in targets if p["pid"] not in blocked]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
         dumps = list(pool.map(lambda p: dump_one(ctx, exe, p["pid"], mode), todo))
+        _resample(ctx, exe, mode, targets, dumps, pool)
     dumps += [{"pid": pid, "status": "skipped", "reason": why, "duration_s": 0.0} for pid, why in blocked.items()]
     data = {"py_spy": exe, "mode": mode, "concurrency": workers, "wall_s": round(time.monotonic() - start, 4),
             "dumps": sorted(dumps, key=lambda d: d["pid"])}
@@ -62,6 +63,26 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
         return Partial(data, f"{len(failed)} of {len(dumps)} dumps not ok: "
                        + "; ".join(f"pid {d['pid']} {d['status']} ({d.get('reason')})" for d in failed[:3]))
     return data
+
+
+def _resample(ctx: Context, exe: str, mode: str, procs: list[dict[str, Any]], dumps: list[dict[str, Any]],
+              pool: ThreadPoolExecutor) -> None:
+    """Dump again, SETTLE_S later, the few processes whose first picture would be a hang if it held
+    (an odd rank out of a collective; an EngineCore busy while its workers idle). Under load such
+    pictures pass within a step (tens of ms); costs nothing when nothing looks odd."""
+    from vllmdiag.analysis.gpu import resample_pids
+    from vllmdiag.analysis.stacks import classify_threads
+
+    roles = {p["pid"]: p.get("role") for p in procs}
+    by_pid = {d["pid"]: d for d in dumps}
+    classes = {pid: classify_threads(d["threads"], roles.get(pid)) for pid, d in by_pid.items() if d.get("threads")}
+    pids = [pid for pid in resample_pids(procs, classes) if pid in by_pid]
+    if not pids or ctx.remaining() < SETTLE_S + STOPPED_TIMEOUT_S or ctx.cancelled:
+        return
+    time.sleep(SETTLE_S)
+    for pid, again in zip(pids, pool.map(lambda pid: dump_one(ctx, exe, pid, mode), pids), strict=True):
+        by_pid[pid]["resample"] = {"after_s": SETTLE_S, "status": again["status"], "reason": again.get("reason"),
+                                   "threads": again.get("threads", [])}
 
 
 def find_py_spy() -> str | None:
