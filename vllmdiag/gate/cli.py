@@ -1,0 +1,73 @@
+"""`vllmdiag gate`: registered on the typer app by vllmdiag/cli.py when this module exists.
+
+Exit codes: 0 every required check passed (warnings and skips allowed), 1 a required check failed,
+2 bad usage or config (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+from vllmdiag.cli_errors import UsageError
+
+
+def register(app: Any) -> None:
+    app.command("gate")(gate_command)
+
+
+def _opt(*names: str, help: str) -> Any:
+    import typer
+
+    return typer.Option(*names, help=help)
+
+
+def gate_command(
+    config: Annotated[Path | None, _opt("--config", help="gate YAML (thresholds, required/advisory checks, ports)")] = None,
+    tp: Annotated[int | None, _opt("--tp", help="planned tensor-parallel size on this node (overrides the config)")] = None,
+    url: Annotated[str | None, _opt("--url", help="a deployed API (http://host:port): /health, /metrics, 1-token completion")]
+    = None,
+    junit: Annotated[Path | None, _opt("--junit", help="write JUnit XML here (one testsuite, one testcase per check)")] = None,
+    json_out: Annotated[bool, _opt("--json", help="print the results (and the snapshot) as JSON")] = False,
+    prom: Annotated[Path | None, _opt("--prom", help="write a Prometheus textfile here (node_exporter)")] = None,
+    show_config: Annotated[bool, _opt("--default-config", help="print the documented default config and exit")] = False,
+) -> int:
+    """CI health gate before rollout: pass/warn/fail per check; exit 1 when a required check fails."""
+    from vllmdiag.gate.config import DEFAULT_YAML, load_config
+
+    if show_config:
+        sys.stdout.write(DEFAULT_YAML)
+        return 0
+    cfg = load_config(config).with_tp(tp)
+    from vllmdiag.gate.run import run_gate, validate_url
+
+    node = run_gate(cfg, validate_url(url))
+    if junit is not None:
+        from vllmdiag.gate.junit import to_junit
+
+        _write(junit, to_junit([node]), "--junit")
+    if prom is not None:
+        from vllmdiag.gate.prom import to_prom
+
+        _write(prom, to_prom([node]), "--prom")
+    if json_out:
+        payload = {"schema_version": 1, "config": {"source": cfg.source, "tp": cfg.tp},
+                   "gate": node.to_dict(with_snapshot=False),
+                   "snapshot": node.snapshot.to_dict() if node.snapshot else None}
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    else:
+        from vllmdiag.gate.render import render_node
+
+        render_node(node)
+    return node.exit_code
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    from vllmdiag.gate.prom import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None

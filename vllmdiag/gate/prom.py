@@ -1,0 +1,55 @@
+"""Prometheus textfile (node_exporter textfile collector) of gate results, written atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from vllmdiag.gate.result import STATUSES, NodeGateResult
+
+
+def to_prom(nodes: list[NodeGateResult], now: float | None = None) -> str:
+    stamp = time.time() if now is None else now
+    lines = [
+        "# HELP vllmdiag_gate_check Gate check status: 1 for the current status of each check, 0 for the others.",
+        "# TYPE vllmdiag_gate_check gauge",
+    ]
+    for node in nodes:
+        for check in node.checks:
+            for status in STATUSES:
+                labels = _labels(node=node.node, check=check.name, status=status, required=str(check.required).lower())
+                lines.append(f"vllmdiag_gate_check{{{labels}}} {1 if check.status == status else 0}")
+    lines += ["# HELP vllmdiag_gate_passed 1 when every required gate check passed on the node.",
+              "# TYPE vllmdiag_gate_passed gauge"]
+    lines += [f"vllmdiag_gate_passed{{{_labels(node=n.node)}}} {1 if n.passed else 0}" for n in nodes]
+    lines += ["# HELP vllmdiag_gate_last_run_timestamp_seconds When the gate last ran (unix time).",
+              "# TYPE vllmdiag_gate_last_run_timestamp_seconds gauge"]
+    lines += [f"vllmdiag_gate_last_run_timestamp_seconds{{{_labels(node=n.node)}}} {stamp:.3f}" for n in nodes]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Temp file in the same directory, then rename: node_exporter never reads a half-written file."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; node_exporter often runs as another user
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _labels(**labels: str) -> str:
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
