@@ -9,12 +9,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from vllmdiag.context import Context
+from vllmdiag.probe import ProbeSpec
 from vllmdiag.probes import _zmtp
 from vllmdiag.probes._procfs import read_text
 from vllmdiag.probes.sockets import parse_unix
-
-from vllmdiag.context import Context
-from vllmdiag.probe import ProbeSpec
 
 SPEC = ProbeSpec(name="endpoints", layer="handshake", description="ZMQ ipc/tcp endpoints, stale ipc files, ZMTP check",
                  requires=("processes", "sockets"), timeout_s=3.0)
@@ -86,6 +85,7 @@ def per_process(p: dict[str, Any], unix: list[dict[str, Any]], tcp: list[dict[st
     mine = [u for u in unix if pid in u["pids"]]
     conns = [t for t in tcp if pid in t["pids"]]
     return {"pid": pid, "role": p.get("role"), "zmq_contexts": p.get("zmq_contexts", 0),
+            "http_port": http_port(p) if p.get("role") in API_ROLES else None,
             "listening": sorted({"ipc://" + _printable(u["path"]) for u in mine if u["listening"] and u["path"]}
                                 | {"tcp://" + t["local"] for t in conns if t["state"] == "LISTEN"}),
             "unix_accepted": sum(1 for u in mine if u["path"] and not u["listening"]),
@@ -131,35 +131,39 @@ def stale_files(dirs: list[str], live: set[str]) -> tuple[list[dict[str, Any]], 
 
 
 def zmtp_targets(procs: list[dict[str, Any]], ipc: list[dict[str, Any]], listen: list[dict[str, Any]],
-                 self_ns: dict[str, str | None]) -> list[tuple[str, str, list[int]]]:
-    """(endpoint, fs_root, binder pids) for every listener we can reach from here."""
+                 self_ns: dict[str, str | None]) -> list[tuple[str, str, list[int], str]]:
+    """(endpoint to dial, fs_root, binder pids, listener endpoint) for every listener reachable from here."""
     by_pid = {p["pid"]: p for p in procs}
-    http_ports = {http_port(p) for p in procs if p.get("role") in API_ROLES}
-    out: list[tuple[str, str, list[int]]] = []
+    api_pids = {p["pid"] for p in procs if p.get("role") in API_ROLES}
+    http_ports = {http_port(by_pid[p]) for p in api_pids}
+    ipc_api = any(ep["uuid_name"] and api_pids & set(ep["binders"]) for ep in ipc)
+    out: list[tuple[str, str, list[int], str]] = []
     for ep in ipc:
         owner = by_pid.get(ep["binders"][0], {})
         mnt = owner.get("ns", {}).get("mnt")
         # A socket file in another mount namespace is reachable through /proc/<pid>/root.
         root = "" if mnt in (None, self_ns["mnt"]) or ep["path"].startswith("\0") else f"/proc/{owner.get('pid')}/root"
-        out.append((ep["endpoint"], root, ep["binders"]))
+        out.append((ep["endpoint"], root, ep["binders"], ep["endpoint"]))
     for t in listen:
         if t.get("netns") not in (None, "?", self_ns["net"]):
             continue  # 127.0.0.1 here is another socket than 127.0.0.1 in its network namespace
         host, _, port = t["local"].rpartition(":")
-        if int(port) in http_ports and {by_pid.get(p, {}).get("role") for p in t["pids"]} & set(API_ROLES):
-            continue  # the HTTP port: not ZMQ (the http probe reads it)
+        if {by_pid.get(p, {}).get("role") for p in t["pids"]} & set(API_ROLES) and (int(port) in http_ports or ipc_api):
+            # The HTTP port is not ZMQ (the http probe reads it); an API server talking to its engines
+            # over ipc (local-only mode, vllm-internals 3.2) has no ZMQ TCP listener at all.
+            continue
         host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
-        out.append((f"tcp://{host}:{port}", "", t["pids"]))
+        out.append((f"tcp://{host}:{port}", "", t["pids"], t["endpoint"]))
     return out
 
 
-def check_all(ctx: Context, targets: list[tuple[str, str, list[int]]]) -> list[dict[str, Any]]:
+def check_all(ctx: Context, targets: list[tuple[str, str, list[int], str]]) -> list[dict[str, Any]]:
     if not targets:
         return []
     per = float(ctx.options.get("zmtp_timeout_s", 0.5))
     per = max(0.05, min(per, ctx.remaining() - 0.2))
     with ThreadPoolExecutor(max_workers=min(8, len(targets)), thread_name_prefix="zmtp") as pool:
-        results = list(pool.map(lambda t: {**_zmtp.check(t[0], per, fs_root=t[1]), "pids": t[2]}, targets))
+        results = list(pool.map(lambda t: {**_zmtp.check(t[0], per, fs_root=t[1]), "pids": t[2], "listener": t[3]}, targets))
     return results
 
 

@@ -9,12 +9,11 @@ import re
 import time
 from typing import Any
 
+from vllmdiag.context import Context
+from vllmdiag.probe import ProbeSpec, Skip
 from vllmdiag.probes._procfs import read_text
 from vllmdiag.probes.endpoints import API_ROLES, http_port, scope
 from vllmdiag.probes.sockets import parse_tcp, socket_inodes
-
-from vllmdiag.context import Context
-from vllmdiag.probe import ProbeSpec, Skip
 
 SPEC = ProbeSpec(name="http", layer="client", description="API server /health, /metrics, client send queues",
                  requires=("processes", "sockets"), timeout_s=20.0, sampler=True)
