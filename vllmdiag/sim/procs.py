@@ -96,8 +96,8 @@ def kill_all(records: list[dict[str, Any]], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     for proc in victims.values():
         while time.monotonic() < deadline and _alive(proc):
-            _reap_if_child(proc.pid)
             time.sleep(0.02)
+        _reap_if_child(proc.pid)
 
 
 def _alive(proc: psutil.Process) -> bool:

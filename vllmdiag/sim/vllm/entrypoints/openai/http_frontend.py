@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import multiprocessing.connection
 import os
 import socket
 import threading
@@ -67,10 +66,13 @@ class ApiServer:
     def monitor_engines(self) -> None:
         # vLLM would shut the server down; the sim keeps serving (as with
         # VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1) and reaps the dead EngineCore, so it is gone.
-        alive: dict[Any, BaseProcess] = {p.sentinel: p for p in self.engines}
+        # Polled, not waited on sentinels: the forked workers inherit the EngineCore's end of
+        # its sentinel pipe, so the sentinel stays silent while orphaned workers live on.
+        alive = list(self.engines)
         while alive:
-            for sentinel in multiprocessing.connection.wait(list(alive)):
-                alive.pop(sentinel).join(0)
+            time.sleep(0.2)
+            for proc in [p for p in alive if p.exitcode is not None]:  # exitcode reaps
+                alive.remove(proc)
                 logger.error("[shutdown] MPClient: engine core exited unexpectedly; starting cleanup")
 
     async def watch_faults(self) -> None:
