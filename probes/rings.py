@@ -12,10 +12,9 @@ import os
 import time
 from typing import Any
 
-from vllmdiag.probes import _ringfmt as rf
-
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec, Skip
+from vllmdiag.probes import _ringfmt as rf
 
 SPEC = ProbeSpec(name="rings", layer="queue", description="vLLM shm ring flags, sampled while the other probes run",
                  requires=("processes", "shm"), timeout_s=30.0, sampler=True)
@@ -59,12 +58,13 @@ class _Ring:
     def result(self) -> dict[str, Any]:
         n, k = self.geo.n_reader, self.geo.max_chunks
         stable = rf.stable(self.unreads)
+        window = round(self.samples[-1]["t_s"] - self.samples[0]["t_s"], 3) if self.samples else 0.0
         writer = rf.writer_index(self.last, n)
         out = {key: self.seg.get(key) for key in ("name", "path", "root", "inode", "size_bytes", "allocated_bytes",
                                                    "mtime", "age_s", "mapped_by", "mapped_by_other")}
         out.update(geometry=self.geo.to_dict(), format=self.decision.fmt, score=self.decision.score,
                    reason=self.decision.reason, candidates=self.decision.candidates, samples=self.samples,
-                   sample_count=self.count, window_s=self.samples[-1]["t_s"] - self.samples[0]["t_s"] if self.samples else 0.0,
+                   sample_count=self.count, window_s=window,
                    unread_slots=self.unreads[-1] if self.unreads else [], stable_unread=stable,
                    written=sum(s[0] for s in self.last), full=self.full_all and self.count > 0,
                    blocked_on=[r for r in range(n) if stable[r] == k], writer_index=writer,

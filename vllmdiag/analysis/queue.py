@@ -21,7 +21,7 @@ CODES = ("queue.ring_full", "queue.reader_lagging", "queue.response_unread", "qu
          "queue.shm_leaked", "queue.shm_low", "queue.shm_nearly_full")
 MiB = 1 << 20
 MIN_WINDOW_S = 0.09  # two samples ~100 ms apart (timer slack allowed)
-LEAK_MIN_AGE_S = 5.0  # a segment younger than this may be between create and its first mmap
+LEAK_MIN_AGE_S = 1.0  # a segment this young may be between its creation and its first mmap
 NEARLY_FULL_FRACTION = 0.1
 LEFTOVER_KINDS = ("vllm_offload", "vllm_ec", "vllm_mm", "nccl")
 WORKER_ROLES = ("worker", "worker_starting")
