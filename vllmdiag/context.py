@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ class Context:
     proc_root: Path = Path("/proc")
     dev_shm: Path = Path("/dev/shm")
     # Where vLLM puts its ipc:// socket files (VLLM_RPC_BASE_PATH, default the temp dir).
-    rpc_base: Path = field(default_factory=lambda: Path(os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()))
+    rpc_base: Path = field(default_factory=lambda: default_rpc_base())
     title_prefix: str = field(default_factory=lambda: os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM"))
     options: dict[str, Any] = field(default_factory=dict)
     deadline: float = field(default_factory=lambda: time.monotonic() + 10.0)
@@ -114,6 +113,24 @@ class Context:
             timed_out,
             time.monotonic() - start,
         )
+
+
+def default_rpc_base() -> Path:
+    """Where vLLM puts ipc sockets: VLLM_RPC_BASE_PATH, else tempfile.gettempdir()'s choice.
+
+    tempfile.gettempdir() itself creates and unlinks a probe file to test writability: a write in
+    the target's socket directory, which we never do. So resolve its candidates without writing."""
+    explicit = os.environ.get("VLLM_RPC_BASE_PATH")
+    if explicit:
+        return Path(explicit)
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        value = os.environ.get(name)
+        if value and os.path.isdir(value):
+            return Path(value)
+    for candidate in ("/tmp", "/var/tmp", "/usr/tmp"):
+        if os.path.isdir(candidate):
+            return Path(candidate)
+    return Path(os.getcwd())
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
