@@ -11,7 +11,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec, Skip
-from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes._procfs import read_cmdline, read_text, redact_argv
 from vllmdiag.probes.endpoints import API_ROLES, http_port, scope
 from vllmdiag.probes.sockets import parse_tcp, socket_inodes
 
@@ -24,7 +24,6 @@ METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": 
 # (vLLM reserves the HTTP port long before listen(), vllm-internals 3.3 step 8) is in none of them.
 NET_TABLES = {"tcp": 9, "tcp6": 9, "udp": 9, "udp6": 9, "raw": 9, "raw6": 9, "udplite": 9, "udplite6": 9, "unix": 6,
               "netlink": 9, "packet": 8}  # table -> column of the inode
-STALL_BYTES = 16384  # Send-Q at or above this in both samples = suspect; then we look the peer up
 MIN_GAP_S = 0.3
 RESERVE_S = 1.5  # kept for the second sample after waiting for the other probes
 MAX_BODY = 8 << 20
@@ -102,24 +101,31 @@ def _sample_conns(ctx: Context, server: dict[str, Any], i: int) -> None:
     mine: set[int] = set()
     for pid in server["pids"]:
         mine |= set(socket_inodes(ctx, pid))
-    pid = server["pids"][0]
-    for fname, fam in (("net/tcp", 4), ("net/tcp6", 6)):
-        for e in parse_tcp(read_text(ctx.proc(pid, fname)) or "", fam):
-            if e["inode"] not in mine or e["state"] == "LISTEN" or not e["local"].endswith(f":{server['port']}"):
-                continue
-            c = server["connections"].setdefault((e["local"], e["remote"]), {
-                "local": e["local"], "remote": e["remote"], "inode": e["inode"], "send_q": [None, None],
-                "recv_q": [None, None], "state": [None, None], "peer": None})
-            c["send_q"][i], c["recv_q"][i], c["state"][i] = e["send_q"], e["recv_q"], e["state"]
+    table = _tcp_table(ctx, server["pids"][0])
+    # A local client's socket is in the same table: its Recv-Q says whether it holds unread bytes.
+    peers = {(e["local"], e["remote"]): e for e in table}
+    for e in table:
+        if e["inode"] not in mine or e["state"] == "LISTEN" or not e["local"].endswith(f":{server['port']}"):
+            continue
+        c = server["connections"].setdefault((e["local"], e["remote"]), {
+            "local": e["local"], "remote": e["remote"], "inode": e["inode"], "send_q": [None, None],
+            "recv_q": [None, None], "state": [None, None], "peer_recv_q": [None, None], "peer": None})
+        c["send_q"][i], c["recv_q"][i], c["state"][i] = e["send_q"], e["recv_q"], e["state"]
+        peer = peers.get((e["remote"], e["local"]))
+        c["peer_recv_q"][i] = peer["recv_q"] if peer else None
+
+
+def _tcp_table(ctx: Context, pid: int) -> list[dict[str, Any]]:
+    return [e for fname, fam in (("net/tcp", 4), ("net/tcp6", 6))
+            for e in parse_tcp(read_text(ctx.proc(pid, fname)) or "", fam)]
 
 
 def _find_peers(ctx: Context, server: dict[str, Any]) -> None:
-    """Suspects only: the peer's socket in the same network namespace, then the pid holding it."""
-    suspects = [c for c in server["connections"] if min(q or 0 for q in c["send_q"]) >= STALL_BYTES]
+    """Only for connections whose Send-Q did not drain: the local peer socket, then the pid holding it."""
+    suspects = [c for c in server["connections"] if None not in c["send_q"] and 0 < c["send_q"][0] <= c["send_q"][1]]
     if not suspects:
         return
-    table = [e for fname, fam in (("net/tcp", 4), ("net/tcp6", 6))
-             for e in parse_tcp(read_text(ctx.proc(server["pids"][0], fname)) or "", fam)]
+    table = _tcp_table(ctx, server["pids"][0])
     want: dict[int, dict[str, Any]] = {}
     for c in suspects:
         peer = next((e for e in table if e["local"] == c["remote"] and e["remote"] == c["local"]), None)
@@ -134,6 +140,7 @@ def _find_peers(ctx: Context, server: dict[str, Any]) -> None:
                 peer = want.pop(inode)
                 peer["pid"] = int(name)
                 peer["comm"] = (read_text(ctx.proc(name, "comm")) or "").strip()
+                peer["cmdline"] = " ".join(redact_argv(read_cmdline(ctx.proc(name)) or []))[:160]
 
 
 def metrics_sample(server: dict[str, Any], timeout_s: float, since: float) -> dict[str, Any]:
