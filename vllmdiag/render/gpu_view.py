@@ -1,0 +1,59 @@
+"""Rich view of the GPU layer: stack classes folded into rank sets, and one row per GPU (pure).
+
+Reads only the report: the ``gpu.stack_classes`` findings (the analysis already folded the ranks)
+and each snapshot's ``nvml`` data. Prints nothing when neither is there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllmdiag.analysis.engine import Report
+from vllmdiag.render.text import escape
+
+CLASS_STYLE = {"collective": "yellow", "sync_point": "yellow", "executing": "green", "idle": "dim",
+               "engine_idle": "dim", "engine_busy": "bold red", "unknown": "magenta"}
+
+
+def render(report: Report, console: Any) -> None:
+    from rich.table import Table
+
+    rows = [f for f in report.findings if f.code == "gpu.stack_classes"]
+    if rows:
+        table = Table(title="stack classes (py-spy)", title_justify="left")
+        for col in ("deployment", "ranks / process", "class", "backend", "where"):
+            table.add_column(col)
+        for f in rows:
+            for r in f.evidence.get("stack_classes", []):
+                table.add_row(escape(f.deployment or ""), escape(r["ranks"]), _cls(r["class"]), escape(r.get("backend") or ""),
+                              escape(r.get("where") or ""))
+            for o in f.evidence.get("others", []):
+                table.add_row(escape(f.deployment or ""), escape(f"{o['title']} ({o['pid']})"), _cls(o["class"]), "",
+                              escape(o.get("where") or ""))
+        console.print(table)
+    gpus = [(s.node, g) for s in report.snapshots for g in s.data("nvml").get("gpus", [])]
+    if gpus:
+        table = Table(title="GPUs (NVML)", title_justify="left")
+        for col in ("node", "gpu", "util %", "power W", "memory GiB", "temp C", "ECC unc", "xid", "pids"):
+            table.add_column(col)
+        for node, g in gpus:
+            table.add_row(escape(node), str(g.get("index")), _num(g.get("util_pct")),
+                          f"{_num(g.get('power_w'))}/{_num(g.get('power_limit_w'))}",
+                          f"{_gib(g.get('memory_used_bytes'))}/{_gib(g.get('memory_total_bytes'))}",
+                          _num(g.get("temperature_c")), _num(g.get("ecc_uncorrected_volatile")),
+                          escape(",".join(map(str, g.get("xid_events") or [])) or "-"),
+                          escape(",".join(str(p.get("pid")) for p in g.get("processes") or []) or "-"))
+        console.print(table)
+
+
+def _cls(label: str) -> str:
+    style = CLASS_STYLE.get(label.split(":")[0], "")
+    return f"[{style}]{escape(label)}[/]" if style else escape(label)
+
+
+def _num(v: Any) -> str:
+    return "?" if v is None else str(v)
+
+
+def _gib(v: Any) -> str:
+    return "?" if v is None else f"{v / (1 << 30):.1f}"
