@@ -12,11 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.probes._elf import ElfError, build_id_of
-from vllmdiag.probes._procfs import read_text
-
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
+from vllmdiag.probes._elf import ElfError, build_id_of
+from vllmdiag.probes._procfs import read_text
 
 SPEC = ProbeSpec(name="libs", layer="host", description="libnccl path + ELF build-id per vLLM process, package versions",
                  requires=("processes",), timeout_s=3.0)

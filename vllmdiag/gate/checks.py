@@ -44,7 +44,9 @@ def check_shm_capacity(snap: Snapshot, cfg: GateConfig) -> CheckResult:
     numbers = {"tp": cfg.tp, "free_bytes": free, "size_bytes": size, "need_bytes": need, "rings_bytes": rings,
                "live_ring_bytes": live, "headroom_bytes": headroom, "path": usage.get("path")}
     summary = (f"{usage.get('path', '/dev/shm')} has {human_bytes(free)} free of {human_bytes(size)}; TP={cfg.tp} needs "
-               f"{human_bytes(need)} (rings {human_bytes(rings['total'])}, headroom {human_bytes(headroom)})")
+               f"{human_bytes(need)} (rings {human_bytes(rings['total'])}"
+               + (f", {human_bytes(live)} of them already allocated" if live else "")
+               + f", headroom {human_bytes(headroom)})")
     if free < need:
         return result(name, "fail", summary + ": vLLM 0.33 refuses to start ('Insufficient space in /dev/shm'), "
                       "older versions die of SIGBUS later; raise --shm-size or use --ipc=host", **numbers)
