@@ -1,0 +1,68 @@
+"""``--ship``: a self-contained collector zipapp, run on the node by the vLLM environment's own Python.
+
+It holds the collect path only (model, runner, probes, the analysis modules ``api`` imports) and no
+typer/rich/ClusterShell: psutil and pyzmq come from the target's vLLM installation, which needs them.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import zipfile
+from pathlib import Path
+
+# Front-end packages the node never needs; keeping them out keeps the bundle small and its imports lean.
+_SKIP_DIRS = ("render", "fleet", "sim", "gate")
+_SKIP_FILES = ("cli.py", "__main__.py")
+MAIN = (
+    "import sys\n"
+    "if sys.version_info < (3, 10):\n"
+    "    sys.stderr.write('vllmdiag collect: needs Python >= 3.10, this is %s\\n' % sys.version.split()[0])\n"
+    "    raise SystemExit(2)\n"
+    "from vllmdiag.collect_cli import main\n"
+    "raise SystemExit(main(sys.argv[1:]))\n"
+)
+
+
+def _package_dirs() -> tuple[Path, Path]:
+    import vllmdiag
+    import vllmdiag.probes
+
+    return Path(vllmdiag.__file__).parent, Path(next(iter(vllmdiag.probes.__path__)))
+
+
+@functools.lru_cache(maxsize=1)
+def build_zipapp() -> bytes:
+    """The zipapp as bytes (built once per process; deterministic, so identical on every sweep)."""
+    root, probes = _package_dirs()
+    files: dict[str, Path] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in _SKIP_DIRS or (len(rel.parts) == 1 and rel.name in _SKIP_FILES):
+            continue
+        if "__pycache__" in rel.parts or rel.parts[0] == "probes":
+            continue
+        files[f"vllmdiag/{rel.as_posix()}"] = path
+    for path in sorted(probes.rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            files[f"vllmdiag/probes/{path.relative_to(probes).as_posix()}"] = path
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        _add(zf, "__main__.py", MAIN.encode())
+        for name, path in sorted(files.items()):
+            _add(zf, name, path.read_bytes())
+    # A zipapp is a zip with a shebang line; the remote side names the interpreter explicitly anyway.
+    return b"#!/usr/bin/env python3\n" + buf.getvalue()
+
+
+def _add(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
+    info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    zf.writestr(info, data)
+
+
+def write_zipapp(path: Path) -> Path:
+    path.write_bytes(build_zipapp())
+    path.chmod(0o755)
+    return path

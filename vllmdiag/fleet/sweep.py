@@ -1,0 +1,175 @@
+"""Fan a collect out to every node through ClusterShell's Task engine, and bound it in time.
+
+ClusterShell owns the fan-out (bounded ``fanout``, non-blocking I/O, per-client timeouts); we only
+hand it one prebuilt argv per node (an ``ExecClient`` whose command is a list never goes through a
+shell) and read what comes back. Two deadlines: ``timeout_s`` per node (connect + command, counted
+from when that node's client starts) and a whole-sweep deadline after which everything still
+running is killed and reported as ``timeout``, so a sick fleet cannot hold the sweep.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ClusterShell.Event import EventHandler
+
+from vllmdiag.fleet.nodes import Inventory
+from vllmdiag.fleet.outcome import NodeOutcome, classify
+from vllmdiag.fleet.transport import Transport, node_argv
+
+MAX_OUTPUT_BYTES = 256 << 20
+STDERR_LINES = 20
+Progress = Callable[[NodeOutcome], None]
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    nodes: list[str]
+    transport: Transport = field(default_factory=Transport)
+    inventory: Inventory | None = None
+    timeout_s: float = 20.0  # per node: connect + collect
+    fanout: int = 64
+    sweep_timeout_s: float | None = None  # whole sweep; default from the waves the fanout needs
+
+    @property
+    def budget_s(self) -> float:
+        """The remote collect's own budget: it answers with partial results before we would kill it."""
+        return max(0.5, min(8.0, self.timeout_s - self.transport.connect_timeout_s - 1.0))
+
+    @property
+    def deadline_s(self) -> float:
+        if self.sweep_timeout_s is not None:
+            return self.sweep_timeout_s
+        waves = max(1, math.ceil(len(self.nodes) / max(1, self.fanout)))
+        return waves * self.timeout_s + 2.0
+
+
+class _Handler(EventHandler):
+    """ClusterShell event handler: buffers each node's output, reports nodes as they finish."""
+
+    def __init__(self, plan: SweepPlan, progress: Progress | None) -> None:
+        super().__init__()
+        self.plan = plan
+        self.progress = progress
+        self.out: dict[str, list[bytes]] = {}
+        self.size: dict[str, int] = {}
+        self.err: dict[str, list[bytes]] = {}
+        self.started: dict[str, float] = {}
+        self.done: dict[str, NodeOutcome] = {}
+
+    def ev_pickup(self, worker: Any, node: str) -> None:
+        self.started[node] = time.monotonic()
+
+    def ev_read(self, worker: Any, node: str, sname: str, msg: bytes) -> None:
+        if sname == worker.SNAME_STDERR:
+            lines = self.err.setdefault(node, [])
+            lines.append(msg)
+            del lines[:-STDERR_LINES]
+            return
+        size = self.size.get(node, 0) + len(msg)
+        self.size[node] = size
+        if size <= MAX_OUTPUT_BYTES:  # past the cap the node is reported as garbled, not kept in memory
+            self.out.setdefault(node, []).append(msg)
+
+    def ev_hup(self, worker: Any, node: str, rc: int) -> None:
+        self._finish(node, rc=rc, timed_out=False)
+
+    def ev_close(self, worker: Any, timedout: bool) -> None:
+        for node in worker.iter_keys_timeout():
+            self._finish(str(node), rc=None, timed_out=True)
+
+    def _finish(self, node: str, rc: int | None, timed_out: bool, reason: str | None = None) -> None:
+        if node in self.done:
+            return
+        duration = time.monotonic() - self.started.get(node, time.monotonic())
+        outcome = classify(node, rc=rc, timed_out=timed_out, stdout=self.out.pop(node, []),
+                           stderr=self.err.pop(node, []), duration_s=duration, plan_timeout_s=self.plan.timeout_s,
+                           transport=self.plan.transport.kind, too_large=self.size.get(node, 0) > MAX_OUTPUT_BYTES,
+                           reason=reason)
+        self.done[node] = outcome
+        if self.progress is not None:
+            self.progress(outcome)
+
+
+def run_sweep(plan: SweepPlan, progress: Progress | None = None) -> list[NodeOutcome]:
+    """Collect from every node of the plan; one outcome per node, in node-set order, always on time."""
+    from ClusterShell.Task import Task, task_self
+
+    from vllmdiag.fleet.ship import build_zipapp
+
+    argvs = {n: node_argv(plan.transport, n, plan.inventory, plan.budget_s) for n in plan.nodes}
+    handler = _Handler(plan, progress)
+    task: Task = task_self()
+    task.set_info("fanout", max(1, plan.fanout))
+    task.set_default("stdout_msgtree", False)  # we keep output ourselves, capped per node
+    task.set_default("stderr_msgtree", False)
+    worker = _argv_worker(argvs, handler, plan.timeout_s)
+    task.schedule(worker)
+    if plan.transport.ship:
+        worker.write(build_zipapp())
+    worker.set_write_eof()
+    start = time.monotonic()
+    # The whole-sweep deadline is an engine timer: it aborts the task from inside its own loop, which
+    # kills every client still running (ClusterShell's resume(timeout) leaves the task unusable after).
+    task.timer(plan.deadline_s, handler=_Deadline(task), autoclose=True)
+    task.resume()
+    elapsed = time.monotonic() - start
+    for node in plan.nodes:
+        if node not in handler.done:
+            # never started (fanout queue) or still running at the sweep deadline
+            handler.started.setdefault(node, time.monotonic() - elapsed)
+            handler._finish(node, rc=None, timed_out=True,
+                            reason=f"sweep deadline ({plan.deadline_s:.0f}s) reached before it answered")
+    return [handler.done[n] for n in plan.nodes]
+
+
+class _Deadline(EventHandler):
+    def __init__(self, task: Any) -> None:
+        super().__init__()
+        self.task = task
+
+    def ev_timer(self, timer: Any) -> None:
+        self.task.abort()
+
+
+def _argv_worker(argvs: dict[str, list[str]], handler: _Handler, timeout_s: float) -> Any:
+    from ClusterShell.NodeSet import NodeSet
+    from ClusterShell.Worker.Exec import ExecClient, ExecWorker
+
+    class ArgvClient(ExecClient):
+        def _build_cmd(self) -> tuple[list[str], None]:
+            # A list (not a string) makes ClusterShell start it without a shell.
+            return argvs[str(self.key)], None
+
+        def _exec_nonblock(self, commandlist: list[str], shell: bool = False, env: Any = None) -> Any:
+            # ClusterShell kills only the direct child on timeout; an exec template's wrapper (a shell
+            # script around kubectl) would leave its children running. Own session -> kill the group.
+            from ClusterShell.Worker import fastsubprocess as fsp
+            from ClusterShell.Worker.EngineClient import E_READ, E_WRITE
+
+            proc = fsp.Popen(commandlist, bufsize=0, stdin=fsp.PIPE, stdout=fsp.PIPE, stderr=fsp.PIPE,
+                             shell=False, preexec_fn=os.setsid)
+            self.streams.set_stream(self.worker.SNAME_STDERR, proc.stderr, E_READ)
+            self.streams.set_stream(self.worker.SNAME_STDOUT, proc.stdout, E_READ)
+            self.streams.set_stream(self.worker.SNAME_STDIN, proc.stdin, E_WRITE, retain=False)
+            return proc
+
+        def _close(self, abort: bool, timeout: bool) -> None:
+            if abort and self.popen is not None and self.popen.poll() is None:
+                try:
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            super()._close(abort, timeout)
+
+    class ArgvWorker(ExecWorker):
+        SHELL_CLASS = ArgvClient
+
+    return ArgvWorker(NodeSet.fromlist(list(argvs)), handler=handler, timeout=timeout_s, command="vllmdiag",
+                      stderr=True)
