@@ -116,7 +116,7 @@ def build_app() -> Any:
     return app
 
 
-def _collect_passthrough(ctx: Any = None) -> int:
+def _collect_passthrough() -> int:
     from vllmdiag.collect_cli import main as collect_main
 
     return collect_main(sys.argv[2:])
