@@ -1,0 +1,64 @@
+"""Shared helpers for the simulator's tests: isolated state, cleanup checks, ring reading."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from vllmdiag.sim import ringfmt
+
+
+@pytest.fixture
+def sim_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Deployments of this test keep their state and ipc sockets under tmp_path."""
+    state, rpc = tmp_path / "state", tmp_path / "rpc"
+    rpc.mkdir()
+    monkeypatch.setenv("VLLMDIAG_SIM_STATE", str(state))
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(rpc))
+    yield state
+
+
+def wait_until(cond: object, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if callable(cond) and cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def alive(rec: dict[str, object]) -> bool:
+    try:
+        proc = psutil.Process(int(rec["pid"]))  # type: ignore[call-overload]
+        return abs(proc.create_time() - float(rec["create_time"])) < 0.01  # type: ignore[arg-type]
+    except psutil.NoSuchProcess:
+        return False
+
+
+def assert_clean(processes: list[dict[str, object]], segments: list[str], ipc_paths: list[str]) -> None:
+    """Nothing the deployment started is left: processes (zombies included), segments, sockets."""
+    assert wait_until(lambda: not any(alive(p) for p in processes)), [p for p in processes if alive(p)]
+    assert [s for s in segments if os.path.exists(f"/dev/shm/{s}")] == []
+    assert [p for p in ipc_paths if os.path.exists(p)] == []
+
+
+def read_ring(name: str, geo: ringfmt.Geometry, root: str = "/dev/shm") -> bytes:
+    """Only the metadata region, with plain read-only file I/O (never SharedMemory)."""
+    with open(f"{root}/{name}", "rb") as f:
+        f.seek(geo.metadata_offset)
+        return f.read()
+
+
+def unread(name: str, geo: ringfmt.Geometry, root: str = "/dev/shm") -> list[int]:
+    meta = read_ring(name, geo, root)
+    shifted = ringfmt.Geometry(geo.n_reader, 0, geo.max_chunks)  # metadata at offset 0
+    return ringfmt.unread_counts(ringfmt.slot_flags(meta, shifted), geo.n_reader)
+
+
+def segment_by_size(names: list[str], size: int, root: str = "/dev/shm") -> list[str]:
+    return [n for n in names if os.path.exists(f"{root}/{n}") and os.path.getsize(f"{root}/{n}") == size]
