@@ -183,3 +183,20 @@ def test_bad_usage_and_config_exit_2_with_one_line(tmp_path: Path) -> None:
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("vllmdiag: "), proc.stderr
     assert "limits.nofile_min" in _cli("--config", str(bad)).stderr
+
+
+FAKE_NVML = Path(__file__).parent / "fake_nvml"
+
+
+@pytest.mark.skipif(not (FAKE_NVML / "pynvml.py").exists(), reason="the nvml probe's fake module is not there")
+def test_fake_nvml_with_ecc_errors_fails_gpu_health(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("VLLMDIAG_FAKE_NVML", str(FAKE_NVML))
+    monkeypatch.setenv("FAKE_NVML_CONFIG", json.dumps({"gpus": [{"ecc_unc": 0}, {"ecc_unc": 4}]}))
+    node = run_gate(GateConfig(ports=(), require_nvml=True), ctx=Context(dev_shm=tmp_path))
+    gpu = {c.name: c for c in node.checks}["gpu_health"]
+    assert node.snapshot is not None and node.snapshot.status("nvml") == "ok", node.snapshot.probes.get("nvml")
+    assert gpu.status == "fail" and gpu.required and "GPU1: 4 uncorrected ECC" in gpu.reason, gpu.reason
+    assert "GPU0" not in gpu.reason and node.exit_code == 1
+    monkeypatch.setenv("FAKE_NVML_CONFIG", json.dumps({"gpus": [{"ecc_unc": 0}]}))
+    healthy = {c.name: c for c in run_gate(GateConfig(ports=()), ctx=Context(dev_shm=tmp_path)).checks}["gpu_health"]
+    assert healthy.status == "pass" and "uncorrected" not in healthy.reason, healthy.reason
