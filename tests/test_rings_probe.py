@@ -43,8 +43,8 @@ def write_fixture(name: str, dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture
-def segments() -> Iterator[Callable[..., Path]]:
+@pytest.fixture(name="segments")
+def segments_fixture() -> Iterator[Callable[..., Path]]:
     """Factory for /dev/shm/psm_* segments this test owns; all removed at teardown, even on failure."""
     made: list[Path] = []
 
@@ -64,8 +64,8 @@ def segments() -> Iterator[Callable[..., Path]]:
         p.unlink(missing_ok=True)
 
 
-@pytest.fixture
-def tree() -> Iterator[Callable[..., dict[str, Any]]]:
+@pytest.fixture(name="tree")
+def tree_fixture() -> Iterator[Callable[..., dict[str, Any]]]:
     """Factory for a titled process tree (fakevllm.py); returns {"prefix", "pid", "pids": {title: pid}}."""
     started: list[subprocess.Popen[bytes]] = []
 
