@@ -194,7 +194,8 @@ def test_fake_nvml_with_ecc_errors_fails_gpu_health(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("FAKE_NVML_CONFIG", json.dumps({"gpus": [{"ecc_unc": 0}, {"ecc_unc": 4}]}))
     node = run_gate(GateConfig(ports=(), require_nvml=True), ctx=Context(dev_shm=tmp_path))
     gpu = {c.name: c for c in node.checks}["gpu_health"]
-    assert node.snapshot is not None and node.snapshot.status("nvml") == "ok", node.snapshot.probes.get("nvml")
+    assert node.snapshot is not None
+    assert node.snapshot.status("nvml") == "ok", node.snapshot.probes.get("nvml")
     assert gpu.status == "fail" and gpu.required and "GPU1: 4 uncorrected ECC" in gpu.reason, gpu.reason
     assert "GPU0" not in gpu.reason and node.exit_code == 1
     monkeypatch.setenv("FAKE_NVML_CONFIG", json.dumps({"gpus": [{"ecc_unc": 0}]}))
