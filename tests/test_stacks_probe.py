@@ -1,0 +1,159 @@
+"""The stacks probe with real py-spy on real processes whose frames carry vLLM's names: parallel
+dumps, a SIGSTOPped and a D-state target end in bounded time with their state unchanged, the
+SIGCONT restore, skip reasons."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vllmdiag.api import collect
+from vllmdiag.context import Context
+from vllmdiag.probe import Skip
+from vllmdiag.probes import stacks as probe
+
+DATA = Path(__file__).parent / "data" / "stacks"
+needs_py_spy = pytest.mark.skipif(probe.find_py_spy() is None, reason="py-spy not installed")
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, title: str, mode: str, *extra: str, session: bool = False) -> int:
+        ready = Path(f"/tmp/vllmdiag-test-ready-{os.getpid()}-{len(self.procs)}")
+        ready.unlink(missing_ok=True)
+        p = subprocess.Popen([sys.executable, str(DATA / "fake_rank.py"), title, mode, "--ready", str(ready), "--ttl", "40", *extra],
+                             start_new_session=session)
+        self.procs.append(p)
+        end = time.monotonic() + 10
+        while not ready.exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        ready.unlink(missing_ok=True)
+        return p.pid
+
+    def kill_all(self) -> None:
+        for p in self.procs:
+            for child in _children(p.pid):  # the vfork helper's child first, so the parent can die
+                os.kill(child, signal.SIGKILL)
+            p.kill()
+            p.wait(timeout=10)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.fixture
+def procs() -> Iterator[Procs]:
+    p = Procs()
+    try:
+        yield p
+    finally:
+        p.kill_all()
+
+
+def state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_parse_dump_is_compact(shared_data: Path) -> None:
+    threads = probe.parse_dump((shared_data / "worker-idle-dequeue.pyspy.json").read_text())
+    main = next(t for t in threads if t["name"] == "MainThread")
+    assert main["frames"][1] == ["SpinCondition.wait", "vllm/distributed/device_communicators/shm_broadcast.py", 221]
+    assert set(main) == {"name", "os_thread_id", "active", "owns_gil", "frames"}
+    assert probe.short_file("shm_broadcast.py", "/venv/lib/python3.11/site-packages/vllm/x/shm_broadcast.py") == \
+        "vllm/x/shm_broadcast.py"
+    with pytest.raises(ValueError):
+        probe.parse_dump("Error: no such process")
+
+
+@needs_py_spy
+def test_dumps_a_deployment_in_parallel_limited_to_its_tree(procs: Procs) -> None:
+    engine = procs.start("VLLM::EngineCore", "engine_waiting")
+    workers = [procs.start(f"VLLM::Worker_TP{i}", "all_reduce") for i in range(3)]
+    other = procs.start("VLLM::Worker_TP0", "idle", session=True)  # another deployment: own session and pgid
+    snap = collect(probes=["stacks"], options={"pids": [engine]}, budget_s=8)
+    res = snap.probes["stacks"]
+    assert res.status == "ok", res.reason
+    dumped = {d["pid"]: d for d in res.data["dumps"]}
+    # Workers whose tree does not reach their engine rejoin it by process group (orphans do that).
+    assert {engine, *workers} <= set(dumped) and other not in dumped
+    assert all(dumped[p]["status"] == "ok" and dumped[p]["state_after"] in ("S", "R") for p in workers)
+    assert snap.probes["stacks"].data["concurrency"] >= 1
+
+
+@needs_py_spy
+def test_stopped_target_is_read_in_bounded_time_and_stays_stopped(procs: Procs) -> None:
+    pid = procs.start("VLLM::Worker_TP1", "idle")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        out = probe.dump_one(Context(), probe.find_py_spy() or "", pid, "blocking")
+        assert time.monotonic() - t0 < probe.STOPPED_TIMEOUT_S + 1.5
+        assert out["state_before"] == "T" and out["state_after"] == "T" and state(pid) == "T"
+        assert out["mode"] == "nonblocking" and out["status"] in ("ok", "timeout")
+        assert not out.get("sigcont_sent")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@needs_py_spy
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler for the vfork helper")
+def test_d_state_target_is_read_in_bounded_time(procs: Procs, tmp_path: Path) -> None:
+    """vfork's parent waits in the kernel (state D) until its child dies: a real D-state process.
+    Blocking py-spy would wait forever for its ptrace stop; the probe reads it without stopping."""
+    lib = tmp_path / "vfork_hold.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(DATA / "vfork_hold.c")], check=True)
+    pid = procs.start("VLLM::Worker_TP2", "executing", "--hold-lib", str(lib))
+    end = time.monotonic() + 5
+    while state(pid) != "D" and time.monotonic() < end:
+        time.sleep(0.02)
+    assert state(pid) == "D"
+    t0 = time.monotonic()
+    out = probe.dump_one(Context(), probe.find_py_spy() or "", pid, "blocking")
+    assert time.monotonic() - t0 < probe.STOPPED_TIMEOUT_S + 1.5
+    assert out["state_before"] == "D" and state(pid) == "D" and out["mode"] == "nonblocking"
+    assert out["status"] in ("ok", "timeout")
+
+
+def test_sigcont_restores_a_target_our_killed_py_spy_left_stopped(procs: Procs, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in py-spy that ptrace-stops its target and then hangs, as one killed mid-attach would."""
+    pid = procs.start("VLLM::Worker_TP0", "idle")
+    fake = tmp_path / "py-spy"
+    fake.write_text('#!/bin/sh\nkill -STOP "$4"\nsleep 30\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(probe, "DUMP_TIMEOUT_S", 0.5)
+    out = probe.dump_one(Context(), str(fake), pid, "blocking")
+    assert out["status"] == "timeout" and out["state_before"] in ("S", "R")
+    assert out["sigcont_sent"] is True and state(pid) in ("S", "R")
+
+
+def test_skip_reasons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(Skip, match="cannot be combined"):
+        probe.collect(Context(options={"native": True, "nonblocking": True}))
+    monkeypatch.setattr(probe, "find_py_spy", lambda: None)
+    with pytest.raises(Skip, match="py-spy not found"):
+        probe.collect(Context())
+    root = tmp_path / "proc"
+    (root / "sys/kernel/yama").mkdir(parents=True)
+    (root / "self").mkdir()
+    (root / "self/status").write_text("Name:\tx\nCapEff:\t0000000000000000\n")
+    (root / "sys/kernel/yama/ptrace_scope").write_text("1\n")
+    why = probe.ptrace_block(Context(proc_root=root), {"pid": 1, "uid": os.geteuid()})
+    assert why and "CAP_SYS_PTRACE" in why and "kubectl debug --profile=general" in why
+    (root / "sys/kernel/yama/ptrace_scope").write_text("0\n")
+    assert probe.ptrace_block(Context(proc_root=root), {"pid": 1, "uid": os.geteuid()}) is None
+    assert "uid" in (probe.ptrace_block(Context(proc_root=root), {"pid": 1, "uid": os.geteuid() + 1}) or "")
