@@ -1,0 +1,111 @@
+"""The endpoints probe on real ZMQ sockets, real /proc, real socket files."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from vllmdiag.context import Context
+from vllmdiag.model import ProbeResult
+from vllmdiag.probes import endpoints, sockets
+
+
+def _proc(pid: int, role: str, ppid: int = 1, **extra: Any) -> dict[str, Any]:
+    ns = {n: os.readlink(f"/proc/{pid}/ns/{n}") for n in ("net", "mnt")}
+    return {"pid": pid, "ppid": ppid, "pgid": os.getpgid(pid), "role": role, "cmdline": ["python"], "ns": ns,
+            "zmq_contexts": 1, "environ": {}, **extra}
+
+
+@pytest.fixture
+def zctx() -> Iterator[zmq.Context]:  # type: ignore[type-arg]
+    ctx = zmq.Context()
+    yield ctx
+    ctx.destroy(linger=0)
+
+
+def _collect(tmp_path: Path, procs: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+    ctx = Context(rpc_base=tmp_path, options=dict(options))
+    ctx.deadline = time.monotonic() + 5
+    ctx.record("processes", ProbeResult("ok", 0.0, None, {"processes": procs}))
+    ctx.record("sockets", ProbeResult("ok", 0.0, None, sockets.collect(ctx)))
+    return endpoints.collect(ctx)
+
+
+def test_binders_peers_stale_files_and_zmtp(zctx: zmq.Context, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    live = tmp_path / str(uuid.uuid4())
+    router = zctx.socket(zmq.ROUTER)
+    router.bind(f"ipc://{live}")
+    dealers = [zctx.socket(zmq.DEALER) for _ in range(2)]
+    for d in dealers:
+        d.connect(f"ipc://{live}")
+    pull = zctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    stale = tmp_path / str(uuid.uuid4())
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(stale))
+    s.close()
+    (tmp_path / str(uuid.uuid4())).write_text("not a socket")
+    (tmp_path / "not-a-uuid").touch()
+    time.sleep(0.2)  # let the dealers' connects land
+
+    data = _collect(tmp_path, [_proc(os.getpid(), "engine_core")])
+
+    ipc = {e["path"]: e for e in data["ipc"]}
+    assert ipc[str(live)]["binders"] == [os.getpid()]
+    assert ipc[str(live)]["accepted"] == 2  # one accepted socket per connected DEALER
+    assert ipc[str(live)]["uuid_name"]
+    assert [f["path"] for f in data["stale_files"]] == [str(stale)]
+    assert data["stale_total"] == 1 and data["stale_files"][0]["age_s"] >= 0
+    zmtp = {z["endpoint"]: z for z in data["zmtp"]}
+    assert zmtp[f"ipc://{live}"]["peer_socket_type"] == "ROUTER"
+    assert zmtp[f"tcp://127.0.0.1:{port}"]["peer_socket_type"] == "PULL"
+    me = data["processes"][0]
+    assert f"ipc://{live}" in me["listening"] and me["unix_accepted"] >= 2 and me["unix_connected_unnamed"] >= 2
+    for sock in (router, pull, *dealers):
+        sock.close(linger=0)
+    live.unlink()
+    stale.unlink()
+
+
+def test_http_port_of_an_ipc_api_server_is_not_greeted(zctx: zmq.Context, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """In local-only mode the API server's TCP listeners are HTTP, not ZMQ: no greeting wait."""
+    live = tmp_path / str(uuid.uuid4())
+    router = zctx.socket(zmq.ROUTER)
+    router.bind(f"ipc://{live}")
+    http = socket.socket()
+    http.bind(("127.0.0.1", 0))
+    http.listen(4)
+    start = time.monotonic()
+    data = _collect(tmp_path, [_proc(os.getpid(), "api_server", cmdline=["vllm", "serve", "m", "--port", "1"])])
+    assert time.monotonic() - start < 0.4
+    assert [z["endpoint"] for z in data["zmtp"]] == [f"ipc://{live}"]
+    assert data["processes"][0]["http_port"] == 1
+    http.close()
+    router.close(linger=0)
+    live.unlink()
+
+
+def test_scope_keeps_the_tree_and_pgid_of_the_wanted_pids() -> None:
+    procs = [{"pid": 10, "ppid": 1, "pgid": 10}, {"pid": 11, "ppid": 10, "pgid": 10}, {"pid": 12, "ppid": 11, "pgid": 10},
+             {"pid": 13, "ppid": 1, "pgid": 10}, {"pid": 20, "ppid": 1, "pgid": 20}, {"pid": 21, "ppid": 20, "pgid": 20}]
+    assert [p["pid"] for p in endpoints.scope(procs, [10])] == [10, 11, 12, 13]  # 13: orphan, same pgid
+    assert [p["pid"] for p in endpoints.scope(procs, [21])] == [20, 21]
+    assert len(endpoints.scope(procs, None)) == 6
+
+
+def test_ipc_endpoints_count_accepted_sockets_per_path() -> None:
+    unix = [{"path": "/tmp/a", "listening": True, "state": "unconnected", "pids": [1, 2]},
+            {"path": "/tmp/a", "listening": False, "state": "connected", "pids": [1]},
+            {"path": "", "listening": False, "state": "connected", "pids": [3]},
+            {"path": "\0abstract", "listening": True, "state": "unconnected", "pids": [4]}]
+    eps = {e["path"]: e for e in endpoints.ipc_endpoints(unix)}
+    assert eps["/tmp/a"]["accepted"] == 1 and eps["/tmp/a"]["binders"] == [1, 2]
+    assert eps["\0abstract"]["endpoint"] == "ipc://@abstract"
