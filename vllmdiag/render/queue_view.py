@@ -26,13 +26,12 @@ def render(report: Report, console: Any) -> None:
 
     blamed = _blamed(report)
     table = Table(title="shm rings (unread slots per reader; sampled)", show_lines=False)
-    for col in ("ring", "role", "geometry", "writer", "readers", "state"):
-        table.add_column(col)
+    for col in ("ring", "role", "writer", "readers", "state"):
+        table.add_column(col, no_wrap=col in ("ring", "readers"))
     for node, r in sorted(rows, key=lambda x: (x[0], x[1].role, x[1].name)):
         geo = r.ring.get("geometry") or {}
-        table.add_row(r.name, ROLE_NAMES.get(r.role, r.role),
-                      f"{int(geo.get('max_chunk_bytes', 0)) >> 20} MiB x {geo.get('max_chunks')}",
-                      _short(r.writer), bar(r, blamed.get((node, r.name), set())), _state(r))
+        role = f"{ROLE_NAMES.get(r.role, r.role)} {int(geo.get('max_chunk_bytes', 0)) >> 20}M x {geo.get('max_chunks')}"
+        table.add_row(r.name, role, _short(r.writer), bar(r, blamed.get((node, r.name), set())), _state(r))
     console.print(table)
 
 
@@ -56,10 +55,8 @@ def bar(r: RingRole, laggards: set[int]) -> Any:
 def _state(r: RingRole) -> str:
     ring = r.ring
     parts = ["FULL" if ring.get("full") else "", "moving" if ring.get("moved") else "still",
-             f"{ring.get('sample_count', 0)} samples/{ring.get('window_s', 0)} s"]
-    if ring.get("last_method"):
-        parts.append(f"last {ring['last_method']}")
-    return ", ".join(p for p in parts if p)
+             f"{ring.get('sample_count', 0)}x/{float(ring.get('window_s') or 0):.2f}s", str(ring.get("last_method") or "")]
+    return " ".join(p for p in parts if p)
 
 
 def _short(p: dict[str, Any] | None, fallback: str = "-") -> str:
