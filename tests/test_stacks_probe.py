@@ -31,8 +31,8 @@ class Procs:
     def start(self, title: str, mode: str, *extra: str, session: bool = False) -> int:
         ready = Path(f"/tmp/vllmdiag-test-ready-{os.getpid()}-{len(self.procs)}")
         ready.unlink(missing_ok=True)
-        p = subprocess.Popen([sys.executable, str(DATA / "fake_rank.py"), title, mode, "--ready", str(ready), "--ttl", "40", *extra],
-                             start_new_session=session)
+        argv = [sys.executable, str(DATA / "fake_rank.py"), title, mode, "--ready", str(ready), "--ttl", "40", *extra]
+        p = subprocess.Popen(argv, start_new_session=session)
         self.procs.append(p)
         end = time.monotonic() + 10
         while not ready.exists() and time.monotonic() < end:

@@ -88,7 +88,8 @@ def compare_group(members: dict[int, dict[str, Any]], classes: dict[int, StackCl
             res.odd.append(OddRank(rank, proc["pid"] if proc else None, "missing", None))
         else:
             res.odd.append(OddRank(rank, proc["pid"], "mismatch" if c.name == "collective" else "straggler", c))
-    return res if res.odd and len(res.waiting) > len(res.odd) / 2 else None
+    # The waiters must be the majority, or face a single rank (TP=2): otherwise no rank is "the odd one".
+    return res if res.odd and (len(res.waiting) > len(res.odd) or len(res.odd) == 1) else None
 
 
 def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:
