@@ -18,9 +18,11 @@ DC = "vllm/distributed/device_communicators/"
 STEP = [("execute_model", "vllm/v1/worker/gpu_model_runner.py"), ("execute_model", "vllm/v1/worker/gpu_worker.py"),
         ("_execute_worker_rpc", "vllm/v1/executor/multiproc_executor.py"),
         ("worker_busy_loop", "vllm/v1/executor/multiproc_executor.py")]
-AR = [("_all_reduce_out_place", PS), ("all_reduce", PS), ("tensor_model_parallel_all_reduce", "vllm/distributed/communication_op.py"),
+AR = [("_all_reduce_out_place", PS), ("all_reduce", PS),
+      ("tensor_model_parallel_all_reduce", "vllm/distributed/communication_op.py"),
       ("forward", "vllm/model_executor/layers/linear.py"), ("_model_forward", "vllm/v1/worker/gpu_model_runner.py")] + STEP
-ENGINE = [("run_busy_loop", "vllm/v1/engine/core.py"), ("run_with_fault_tolerance", "vllm/v1/fault_tolerance/engine_core_sentinel.py"),
+ENGINE = [("run_busy_loop", "vllm/v1/engine/core.py"),
+          ("run_with_fault_tolerance", "vllm/v1/fault_tolerance/engine_core_sentinel.py"),
           ("run_engine_core", "vllm/v1/engine/core.py")]
 
 
@@ -83,7 +85,8 @@ def test_collective_ops(frames: list[tuple[str, str]], op: str) -> None:
     ([("_prepare_inputs", "vllm/v1/worker/gpu_model_runner.py")] + STEP, "worker", "executing"),
     ([("forward", "vllm/model_executor/models/llama.py"), ("_model_forward", "vllm/v1/worker/gpu_model_runner.py")] + STEP,
      "worker", "executing"),
-    ([("synchronize", "torch/cuda/streams.py"), ("_to_list", "vllm/v1/worker/gpu_model_runner.py")] + STEP, "worker", "sync_point"),
+    ([("synchronize", "torch/cuda/streams.py"), ("_to_list", "vllm/v1/worker/gpu_model_runner.py")] + STEP,
+     "worker", "sync_point"),
     ([("ncclCommInitRank", DC + "pynccl_wrapper.py"), ("_init_comm", DC + "pynccl.py"), ("__init__", DC + "pynccl.py")],
      "worker", "nccl_init"),
     ([("wait_until_ready", SHM), ("__init__", "vllm/v1/executor/multiproc_executor.py")], "worker", "wait_until_ready"),
@@ -99,7 +102,8 @@ def test_collective_ops(frames: list[tuple[str, str]], op: str) -> None:
       ("collective_rpc", "vllm/v1/executor/multiproc_executor.py")] + ENGINE, "engine_core", "engine_blocked_full_ring"),
     ([("wait", "threading.py"), ("get", "queue.py"), ("_process_input_queue", "vllm/v1/engine/core.py")] + ENGINE,
      "engine_core", "engine_idle"),
-    ([("schedule", "vllm/v1/core/sched/scheduler.py"), ("step", "vllm/v1/engine/core.py")] + ENGINE, "engine_core", "engine_busy"),
+    ([("schedule", "vllm/v1/core/sched/scheduler.py"), ("step", "vllm/v1/engine/core.py")] + ENGINE,
+     "engine_core", "engine_busy"),
     ([("select", "selectors.py"), ("_run_once", "asyncio/base_events.py"), ("run_forever", "asyncio/base_events.py")],
      "api_server", "api_idle"),
     ([("sleep", "time.py"), ("main", "app.py")], "worker", "unknown"),
@@ -139,7 +143,8 @@ def test_shipped_rules_validate_and_bad_rules_are_rejected() -> None:
 
 def test_user_rules_from_env_come_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     extra = tmp_path / "mine.yaml"
-    extra.write_text("precedence: [kv_transfer]\nrules:\n  - class: kv_transfer\n    any: [{func: wait_for_save, file: nixl_connector.py}]\n")
+    extra.write_text("precedence: [kv_transfer]\nrules:\n  - class: kv_transfer\n"
+                     "    any: [{func: wait_for_save, file: nixl_connector.py}]\n")
     monkeypatch.setenv(stacks.ENV_EXTRA, str(extra))
     got = cls([("wait_for_save", "vllm/distributed/kv_transfer/nixl_connector.py")] + STEP, "worker")
     assert got.name == "kv_transfer"

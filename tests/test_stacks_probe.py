@@ -98,6 +98,9 @@ def test_dumps_a_deployment_in_parallel_limited_to_its_tree(procs: Procs) -> Non
 def test_stopped_target_is_read_in_bounded_time_and_stays_stopped(procs: Procs) -> None:
     pid = procs.start("VLLM::Worker_TP1", "idle")
     os.kill(pid, signal.SIGSTOP)
+    end = time.monotonic() + 5
+    while state(pid) != "T" and time.monotonic() < end:  # the stop is delivered asynchronously
+        time.sleep(0.01)
     try:
         t0 = time.monotonic()
         out = probe.dump_one(Context(), probe.find_py_spy() or "", pid, "blocking")
