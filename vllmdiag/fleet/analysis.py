@@ -1,0 +1,128 @@
+"""Fleet analysis (pure): per-node verdicts, cross-node rank groups, folded node classes, one verdict.
+
+Each snapshot is analysed alone by the single-node engine; then the shares of multi-node groups are
+joined (``groups``), nodes that did not answer are folded in as their own classes, and the fleet
+verdict is the worst node's, named by node + process + rank. Linear in the number of nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from vllmdiag.analysis.engine import STATUS_RANK, DeploymentReport, Report, analyze_snapshot, decide, overall
+from vllmdiag.fleet import groups as rank_groups
+from vllmdiag.fleet.collective import compare_across_nodes
+from vllmdiag.fleet.fold import NodeView, fleet_verdict, fold_classes, gpu_cells
+from vllmdiag.fleet.outcome import NodeOutcome
+from vllmdiag.model import Finding, Snapshot, Verdict
+
+STATUS_OF_FAILED = "inconclusive"
+HEADLESS_FALSE_CODES = ("handshake.engine_endpoint_gone", "handshake.http_not_listening")
+
+
+@dataclass
+class _Node:
+    name: str
+    outcome: NodeOutcome
+    snapshot: Snapshot | None = None
+    reports: list[DeploymentReport] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def is_fleet(snapshots: list[Snapshot]) -> bool:
+    """Several snapshots from different nodes: what ``vllmdiag analyze DIR`` gets from ``sweep --save``."""
+    return len({s.node for s in snapshots}) > 1
+
+
+def analyze_fleet(snapshots: list[Snapshot], node_status: Mapping[str, NodeOutcome] | Iterable[NodeOutcome] | None = None
+                  ) -> Report:
+    status = _status_map(node_status)
+    nodes: dict[str, _Node] = {}
+    for snap in snapshots:
+        # A node swept twice (or a duplicate file) keeps its last snapshot: one node, one verdict.
+        nodes[snap.node] = _Node(snap.node, status.get(snap.node) or NodeOutcome(snap.node, "ok", None, snap.duration_s),
+                                 snap)
+    for name, outcome in status.items():
+        if name not in nodes:
+            nodes[name] = _Node(name, outcome)
+    for node in nodes.values():
+        if node.snapshot is not None:
+            node.reports, node.findings = analyze_snapshot(node.snapshot)
+    failed = {n.name: n.outcome.reason or n.outcome.status for n in nodes.values() if n.snapshot is None}
+    group_list = _reconcile_groups(nodes, failed)
+    views = [_view(n) for n in sorted(nodes.values(), key=lambda n: n.name)]
+    classes = fold_classes(views)
+    verdict = fleet_verdict(views, classes)
+    extra = {
+        "nodes": [dict(v.outcome.to_dict(), verdict=v.verdict.status, gpus=v.gpus) for v in views],
+        "fleet": {"classes": classes, "groups": [{"key": g.key, "nodes": g.nodes, "nnodes": g.nnodes} for g in group_list]},
+    }
+    return Report(verdict=verdict, deployments=[r for n in views for r in n.reports],
+                  findings=[f for n in views for f in n.findings], snapshots=[n.snapshot for n in views if n.snapshot],
+                  extra=extra)
+
+
+def _status_map(node_status: Mapping[str, NodeOutcome] | Iterable[NodeOutcome] | None) -> dict[str, NodeOutcome]:
+    if node_status is None:
+        return {}
+    if isinstance(node_status, Mapping):
+        return dict(node_status)
+    return {o.name: o for o in node_status}
+
+
+def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[rank_groups.RankGroup]:
+    """Replace node-local checks that a multi-node group defeats by checks over the whole group."""
+    per_node = {n.name: [r.deployment for r in n.reports] for n in nodes.values() if n.snapshot is not None}
+    joined = [g for g in rank_groups.join(per_node) if g.nnodes > 1]
+    snaps = {n.name: n.snapshot for n in nodes.values() if n.snapshot is not None}
+    touched: set[str] = set()
+    for group in joined:
+        for m in group.members:
+            node = nodes[m.node]
+            node.findings = [f for f in node.findings if not _defeated(f, m)]
+            touched.add(m.node)
+        for f in rank_groups.check(group, failed) + compare_across_nodes(group, snaps):
+            if not _already_named(f, nodes):
+                nodes[f.node].findings.append(f)
+    for name in touched:
+        node = nodes[name]
+        assert node.snapshot is not None
+        node.reports = [DeploymentReport(r.deployment, decide(node.snapshot, [f for f in node.findings
+                                                                          if f.deployment == r.deployment.id]))
+                        for r in node.reports]
+    return joined
+
+
+def _defeated(f: Finding, member: rank_groups.Member) -> bool:
+    if f.deployment != member.deployment.id:
+        return False
+    if f.code == "process.rank_missing":
+        return True  # each node holds only its share of the ranks; groups.check looks at the union
+    # A headless node's `vllm serve --headless` has no frontend by design (vllm-internals 3.1): no engine
+    # input endpoint, no HTTP port. Blaming it for them is a single-node view of a multi-node deployment.
+    return member.headless and f.code in HEADLESS_FALSE_CODES
+
+
+def _already_named(f: Finding, nodes: dict[str, _Node]) -> bool:
+    """A cross-node finding adds nothing when a node-local one already blames the same processes."""
+    mine = {(c.node, c.pid) for c in f.culprits if c.pid is not None}
+    if not mine:
+        return False
+    named = {(c.node, c.pid) for n in nodes.values() for g in n.findings if g.layer == f.layer and g.severity != "info"
+             for c in g.culprits}
+    return mine <= named
+
+
+def _view(node: _Node) -> NodeView:
+    if node.snapshot is None:
+        reason = node.outcome.reason or node.outcome.status
+        verdict = Verdict(status=STATUS_OF_FAILED, summary=f"{node.name} {node.outcome.status}: {reason}",
+                          evidence=[reason], confidence="low")
+    else:
+        verdict = overall([node.snapshot], node.reports, node.findings)
+    return NodeView(name=node.name, outcome=node.outcome, verdict=verdict, reports=node.reports, findings=node.findings,
+                    snapshot=node.snapshot, gpus=gpu_cells(node.reports, verdict, node.snapshot is not None))
+
+
+__all__ = ["STATUS_RANK", "analyze_fleet", "is_fleet"]

@@ -1,0 +1,122 @@
+"""Fold per-node verdicts into node-set classes (``clush -b`` style) and write the fleet verdict (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllmdiag.analysis.engine import STATUS_RANK, DeploymentReport
+from vllmdiag.fleet.outcome import NodeOutcome
+from vllmdiag.model import Culprit, Finding, Snapshot, Verdict
+
+# One character per GPU (worker) in the grid: what the renderers colour.
+CELL_OK, CELL_CULPRIT, CELL_BLOCKED, CELL_DEGRADED, CELL_UNKNOWN = ".", "X", "b", "d", "?"
+MAX_CULPRITS = 16
+
+
+@dataclass
+class NodeView:
+    name: str
+    outcome: NodeOutcome
+    verdict: Verdict
+    reports: list[DeploymentReport] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    snapshot: Snapshot | None = None
+    gpus: str = ""
+
+    @property
+    def answered(self) -> bool:
+        return self.snapshot is not None
+
+    def signature(self) -> tuple[Any, ...]:
+        """What makes two nodes 'the same' for folding: pids and timings differ, faults do not."""
+        if not self.answered:
+            return ("node", self.outcome.status, (self.outcome.reason or "").split(":")[0])
+        faults = sorted({(f.code, c.title, c.rank if c.rank is not None else -1) for f in self.findings
+                         if f.severity != "info" for c in (f.culprits or [Culprit("", None, "", None, "", "")])})
+        return ("verdict", self.verdict.status, self.verdict.layer or "", tuple(faults), self.gpus)
+
+    @property
+    def rank(self) -> int:
+        return STATUS_RANK.get(self.verdict.status, 2)
+
+
+def gpu_cells(reports: list[DeploymentReport], verdict: Verdict, answered: bool) -> str:
+    if not answered:
+        return ""
+    culprit_pids = {c.pid for r in reports for c in r.verdict.culprits if c.pid is not None}
+    culprit_ranks = {(r.deployment.id, c.rank) for r in reports for c in r.verdict.culprits if c.pid is None}
+    cells = []
+    for r in reports:
+        for w in r.deployment.with_role("worker", "worker_starting"):
+            rank = (w.get("ranks") or {}).get("tp")
+            if w["pid"] in culprit_pids or (r.deployment.id, rank) in culprit_ranks:
+                cells.append(CELL_CULPRIT)
+            elif r.verdict.status == "blocked":
+                cells.append(CELL_BLOCKED)
+            elif r.verdict.status in ("degraded", "inconclusive"):
+                cells.append(CELL_DEGRADED if r.verdict.status == "degraded" else CELL_UNKNOWN)
+            else:
+                cells.append(CELL_OK)
+    return "".join(cells)
+
+
+def fold_classes(views: list[NodeView]) -> list[dict[str, Any]]:
+    from ClusterShell.NodeSet import NodeSet
+
+    by_sig: dict[tuple[Any, ...], list[NodeView]] = {}
+    for v in views:
+        by_sig.setdefault(v.signature(), []).append(v)
+    classes: list[dict[str, Any]] = []
+    for members in by_sig.values():
+        first = members[0]
+        status = first.verdict.status if first.answered else first.outcome.status
+        classes.append({"nodes": str(NodeSet.fromlist([m.name for m in members])), "count": len(members),
+                        "status": status, "layer": first.verdict.layer, "summary": first.verdict.summary,
+                        "gpus": first.gpus, "rank": first.rank})
+    classes.sort(key=lambda c: (-int(c["rank"]), -int(c["count"]), str(c["nodes"])))
+    for c in classes:
+        del c["rank"]
+    return classes
+
+
+def fleet_verdict(views: list[NodeView], classes: list[dict[str, Any]]) -> Verdict:
+    if not views:
+        return Verdict(status="no-deployment", summary="No node to analyse.")
+    counted = [v for v in views if v.verdict.status != "no-deployment"] or views
+    worst = max(counted, key=lambda v: v.rank)
+    lines = [f"{c['nodes']} {c['status']}" + (f": {c['summary']}" if c["status"] != "healthy" else "") for c in classes]
+    if worst.verdict.status in ("healthy", "no-deployment"):
+        status = worst.verdict.status
+        summary = (f"All {len(views)} nodes healthy." if status == "healthy" else worst.verdict.summary)
+        if len(classes) > 1:
+            summary += " " + "; ".join(lines)
+        return Verdict(status=status, summary=summary, evidence=lines)
+    same = [v for v in counted if v.signature() == worst.signature()]
+    culprits = _culprits(same)[:MAX_CULPRITS]
+    head = next(c for c in classes if worst.name in _names(c["nodes"]))
+    others = [line for line in lines if not line.startswith(head["nodes"] + " ")]
+    summary = f"{head['nodes']}: {worst.verdict.summary}"
+    if others:
+        summary += " Elsewhere: " + "; ".join(o.split(":")[0] for o in others[:4]) + "."
+    steps = [f"on {worst.name}: {s}" for s in worst.verdict.next_steps]
+    return Verdict(status=worst.verdict.status, layer=worst.verdict.layer, culprits=culprits, summary=summary,
+                   evidence=lines[:12] + worst.verdict.evidence[:6], next_steps=steps[:8],
+                   confidence=worst.verdict.confidence)
+
+
+def _culprits(views: list[NodeView]) -> list[Culprit]:
+    out: list[Culprit] = []
+    for v in views:
+        if not v.answered:
+            out.append(Culprit(node=v.name, pid=None, role="node", rank=None, title=v.name,
+                               reason=f"{v.outcome.status}: {v.outcome.reason or ''}".rstrip(": ")))
+        else:
+            out += v.verdict.culprits
+    return out
+
+
+def _names(nodeset: str) -> set[str]:
+    from ClusterShell.NodeSet import NodeSet
+
+    return set(NodeSet(nodeset))
