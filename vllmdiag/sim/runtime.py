@@ -97,3 +97,21 @@ def note_blocked(what: str, elapsed_s: float) -> None:
     if elapsed_s > 0.2 and what not in _acked_waits:
         _acked_waits.add(what)
         ack(f"{what}-{os.getpid()}")
+
+
+def close_inherited_listeners(ipc_addrs: list[str]) -> None:
+    """Close fds on the parent's listening ipc sockets that fork copied into this process.
+
+    Otherwise a fault that closes the API server's ROUTER would leave the socket listening
+    through the EngineCore's inherited copy, and the endpoint would not really be gone.
+    """
+    paths = {a.removeprefix("ipc://") for a in ipc_addrs}
+    with open("/proc/net/unix") as f:
+        inodes = {line.split()[6] for line in f.readlines()[1:]
+                  if len(line.split()) > 7 and line.split()[7] in paths}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").removeprefix("socket:[").rstrip("]") in inodes:
+                os.close(int(fd))
+        except OSError:
+            pass

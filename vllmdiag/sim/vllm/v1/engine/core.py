@@ -50,6 +50,7 @@ class EngineCoreProc:
     def run_engine_core(pc: ParallelConfig, dp_rank: int, input_addr: str | None,
                         output_addr: str | None, hub_sock: socket.socket | None) -> None:
         set_process_title(pc.engine_name(dp_rank))
+        runtime.close_inherited_listeners([a for a in (input_addr, output_addr) if a])
         try:
             engine = EngineCoreProc(pc, dp_rank, input_addr, output_addr, hub_sock)
         except Exception:

@@ -155,8 +155,12 @@ class MultiprocExecutor:
         while sentinels:
             for sentinel in multiprocessing.connection.wait(list(sentinels)):
                 proc = sentinels.pop(sentinel)
-                # Reading exitcode reaps the child; without it the dead worker stays a zombie.
-                code = proc.exitcode if self.reap_dead_workers else None
+                # The sentinel fires before the child is a zombie, so reaping must block (join);
+                # without it the dead worker stays a zombie, as the fault wants.
+                code = None
+                if self.reap_dead_workers:
+                    proc.join(5)
+                    code = proc.exitcode
                 logger.error("Worker proc %s died unexpectedly (exit code: %s), shutting down executor.",
                              proc.name, code)
 
