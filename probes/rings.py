@@ -68,7 +68,8 @@ class _Ring:
                    unread_slots=self.unreads[-1] if self.unreads else [], stable_unread=stable,
                    written=sum(s[0] for s in self.last), full=self.full_all and self.count > 0,
                    blocked_on=[r for r in range(n) if stable[r] == k], writer_index=writer,
-                   filling=rf.filling_slots(self.last), moved=self.moved, vanished=self.vanished)
+                   filling=rf.filling_slots(self.last), moved=self.moved, vanished=self.vanished,
+                   unlinked=not _still_linked(str(self.seg.get("path")), self.fd))
         out.update(self._peek(writer))
         return out
 
@@ -154,6 +155,16 @@ def _sample_until_others_done(ctx: Context, rings: list[_Ring], t0: float) -> No
         for r in rings:
             if not r.vanished:
                 r.sample()
+
+
+def _still_linked(path: str, fd: int) -> bool:
+    """False once the name is gone or names another file: a ring unlinked while we sampled it
+    was being torn down, not leaked."""
+    try:
+        st, own = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
 def _open_ro(path: str) -> int:

@@ -21,7 +21,9 @@ CODES = ("queue.ring_full", "queue.reader_lagging", "queue.response_unread", "qu
          "queue.shm_leaked", "queue.shm_low", "queue.shm_nearly_full")
 MiB = 1 << 20
 MIN_WINDOW_S = 0.09  # two samples ~100 ms apart (timer slack allowed)
-LEAK_MIN_AGE_S = 1.0  # a segment this young may be between its creation and its first mmap
+# No age threshold: a creator maps its segment microseconds after creating it, and a ring being torn
+# down is told apart by the rings probe (`unlinked` while it was sampled).
+LEAK_MIN_AGE_S = 0.0
 NEARLY_FULL_FRACTION = 0.1
 LEFTOVER_KINDS = ("vllm_offload", "vllm_ec", "vllm_mm", "nccl")
 WORKER_ROLES = ("worker", "worker_starting")
@@ -222,7 +224,7 @@ def _label(p: dict[str, Any] | None) -> str:
 # ---- /dev/shm health -----------------------------------------------------------------------------------
 def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingRole]) -> list[Finding]:
     shm = snap.data("shm")
-    ring_names = {r.name for r in roles}
+    ring_names = {r.name for r in roles if not r.ring.get("unlinked")}
     out = []
     leaked = [s for s in shm.get("segments", []) if not s.get("mapped_by") and not s.get("mapped_by_other")
               and float(s.get("age_s") or 0) >= LEAK_MIN_AGE_S
