@@ -40,7 +40,8 @@ def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None =
             budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None) -> Snapshot:
     ctx = ctx or Context()
     ctx.options.update(options or {})
-    enable = {name for name, on in (options or {}).items() if on is True}
+    # An option named like an opt-in probe (nccl_ras, preflight, ...) turns that probe on.
+    enable = {name for name, on in (options or {}).items() if on}
     return collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s)
 
 

@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--native", action="store_true", help="py-spy --native stacks")
     p.add_argument("--nonblocking", action="store_true", help="py-spy --nonblocking (never pauses targets)")
     p.add_argument("--nccl-ras", action="store_true", help="query NCCL's RAS service once")
+    p.add_argument("--preflight", action="store_true", help="also collect the gate's preflight facts")
     p.add_argument("--node", help="node name to record (default: hostname)")
     p.add_argument("--version", action="version", version=__version__)
     return p
@@ -45,7 +46,8 @@ def main(argv: list[str]) -> int:
     from vllmdiag.api import collect
     from vllmdiag.registry import RegistryError
 
-    options = {"native": args.native, "nonblocking": args.nonblocking, "nccl_ras": args.nccl_ras}
+    options = {"native": args.native, "nonblocking": args.nonblocking, "nccl_ras": args.nccl_ras,
+               "preflight": args.preflight}
     if args.pids:
         options["pids"] = args.pids
     if args.node:

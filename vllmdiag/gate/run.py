@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from vllmdiag.cli_errors import UsageError
 from vllmdiag.context import Context
-from vllmdiag.gate import preflight, urlprobe
+from vllmdiag.gate import urlprobe
 from vllmdiag.gate.checks import evaluate
 from vllmdiag.gate.config import GateConfig
 from vllmdiag.gate.result import NodeGateResult
@@ -48,7 +48,6 @@ def collect_for_gate(cfg: GateConfig, url: str | None = None, ctx: Context | Non
     ctx = ctx or Context()
     ctx.options.update(gate_options(cfg, url))
     registry = dict(discover())
-    registry["preflight"] = Probe(preflight.SPEC, preflight.collect)
     names = [n for n in WANTED if n in registry] + ["preflight"]
     budget = cfg.collect_budget_s
     if url:

@@ -19,6 +19,7 @@ from vllmdiag.probe import ProbeSpec
 from vllmdiag.probes._procfs import list_pids, parse_environ, read_text
 
 SPEC = ProbeSpec(name="preflight", layer="host", description="limits, py-spy, listening ports, env, rpc base dir",
+                 default=False,  # gate-only: enabled by options["preflight"] (vllmdiag gate, sweep --gate)
                  timeout_s=4.0)
 ENV_KEEP = ("VLLM_", "NCCL_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "TORCH_NCCL")
 MAX_SOCKET_FILES = 4096
