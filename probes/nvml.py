@@ -1,0 +1,63 @@
+"""Per-GPU NVML facts (utilization, power, memory, ECC, Xid, compute pids), from a child process.
+
+NVML calls run in ``probes/_nvml_child.py`` under a deadline: a call into a wedged driver cannot be
+interrupted from a thread, but a child can be killed with its process group (DESIGN principle 2).
+The child streams one JSON line per GPU, so the GPUs read before a hang are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from vllmdiag.context import Context
+from vllmdiag.probe import Partial, ProbeSpec, Skip
+
+SPEC = ProbeSpec(name="nvml", layer="gpu", description="per-GPU NVML: util, power, memory, ECC, Xid, compute pids",
+                 timeout_s=5.0)
+CHILD_TIMEOUT_S = 3.0
+
+
+def collect(ctx: Context) -> dict[str, Any] | Partial:
+    timeout = float(ctx.options.get("nvml_timeout_s") or CHILD_TIMEOUT_S)
+    res = ctx.run([sys.executable, "-m", "vllmdiag.probes._nvml_child"], timeout)
+    if res.error:
+        raise Skip(f"cannot start the NVML child: {res.error}")
+    data = parse_child(res.stdout)
+    if "skip" in data:
+        raise Skip(data["skip"])
+    data["child"] = {"status": "timeout" if res.timed_out else "ok" if res.returncode == 0 else "error",
+                     "returncode": res.returncode, "duration_s": round(res.duration_s, 4)}
+    if res.timed_out:
+        where = f"GPU {data['hung_gpu']}" if data.get("hung_gpu") is not None else "init"
+        return Partial(data, f"timeout: NVML child killed at its {timeout:.1f} s deadline while querying {where} "
+                             "(a wedged driver call); GPUs read before it are kept")
+    if res.returncode != 0:
+        tail = (res.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return Partial(data, f"NVML child exited {res.returncode}: {tail}")
+    return data
+
+
+def parse_child(text: str) -> dict[str, Any]:
+    """The child's JSON lines -> {meta..., gpus: [...], hung_gpu: index begun but not finished}."""
+    out: dict[str, Any] = {"gpus": []}
+    begun = None
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by the kill
+        if not isinstance(obj, dict):
+            continue
+        if "skip" in obj:
+            return {"skip": str(obj["skip"])}
+        if "meta" in obj:
+            out.update(obj["meta"])
+        elif "begin" in obj:
+            begun = obj["begin"]
+        elif "gpu" in obj:
+            out["gpus"].append(obj["gpu"])
+            begun = None
+    out["hung_gpu"] = begun
+    return out
