@@ -7,10 +7,9 @@ import platform
 import socket
 from typing import Any
 
-from vllmdiag.probes._procfs import read_text
-
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
+from vllmdiag.probes._procfs import read_text
 
 SPEC = ProbeSpec(name="host", layer="host", description="hostname, kernel, container hints, /dev/shm, limits",
                  timeout_s=2.0)

@@ -6,10 +6,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.probes._procfs import list_pids, parse_environ, parse_stat, read_cmdline, read_text, redact_argv
-
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
+from vllmdiag.probes._procfs import list_pids, parse_environ, parse_stat, read_cmdline, read_text, redact_argv
 from vllmdiag.titles import parse_cmdline
 
 SPEC = ProbeSpec(

@@ -12,11 +12,10 @@ import re
 import time
 from typing import Any
 
-from vllmdiag.probes._procfs import list_pids, read_text
-from vllmdiag.probes.host import shm_usage
-
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
+from vllmdiag.probes._procfs import list_pids, read_text
+from vllmdiag.probes.host import shm_usage
 
 SPEC = ProbeSpec(name="shm", layer="queue", description="/dev/shm segments, sizes, ages and mappers",
                  requires=("processes",), timeout_s=3.0)

@@ -7,10 +7,9 @@ import socket
 import struct
 from typing import Any
 
-from vllmdiag.probes._procfs import read_text
-
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
+from vllmdiag.probes._procfs import read_text
 
 SPEC = ProbeSpec(name="sockets", layer="handshake", description="unix/tcp sockets per vLLM process",
                  requires=("processes",), timeout_s=3.0)

@@ -82,7 +82,7 @@ def deployment_tree(dep: dict[str, Any]) -> Any:
     pids = {p["pid"] for p in dep["processes"]}
     for p in dep["processes"]:
         parent = nodes.get(p["ppid"]) if p["ppid"] in pids else None
-        style = STATE_STYLE.get(p.get("state") or "", "")
+        style = STATE_STYLE.get(p.get("state") or "", "") or "default"
         label = f"{escape(p['title'] or role_of(p))}  pid {p['pid']}  [{style}]{p.get('state')}[/]"
         if parent is None and p["pid"] != dep["root_pid"]:
             label += f"  [dim](ppid {p['ppid']})[/]"
