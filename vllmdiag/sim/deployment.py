@@ -138,7 +138,10 @@ class Deployment:
         try:
             dep._launch(model, port)
             dep._wait_ready()
-            if fault != "healthy":
+            if fault == "shm-small":  # already in place: the node's tmpfs is small
+                dep.fault = fault
+                dep.save()
+            elif fault != "healthy":
                 dep.inject(fault, rank)
         except BaseException:
             dep.down()

@@ -31,6 +31,8 @@ def classify(cmdline: list[str]) -> dict[str, Any] | None:
     if m := _ENGINE_RE.match(title):
         return {"role": "engine_core", "title": title, "dp_rank": int(m[1] or 0), "rank": None}
     joined = " ".join(cmdline)
+    if cmdline[0].endswith("unshare"):
+        return {"role": "unshare", "title": joined, "dp_rank": None, "rank": None}
     if len(cmdline) > 2 and cmdline[1].endswith("/vllm") and cmdline[2] == "serve":
         role = "headless" if "--headless" in cmdline else "api_server"
         return {"role": role, "title": joined, "dp_rank": None, "rank": None}
@@ -38,8 +40,6 @@ def classify(cmdline: list[str]) -> dict[str, Any] | None:
                          ("vllmdiag.sim.nsinit", "nsinit"), ("vllmdiag.sim.clients", "client")):
         if needle in joined:
             return {"role": role, "title": joined, "dp_rank": None, "rank": None}
-    if cmdline[0].endswith("unshare"):
-        return {"role": "unshare", "title": joined, "dp_rank": None, "rank": None}
     return None
 
 
