@@ -5,6 +5,7 @@ from __future__ import annotations
 from vllmdiag.model import Culprit, Finding, Verdict
 from vllmdiag.playbook import next_steps_for
 
+COMPUTE_ROLES = ("engine_core", "worker")
 SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}
 
 
@@ -20,7 +21,8 @@ def write_verdict(status: str, layer: str | None, deciding: list[Finding], all_f
     else:
         summary = f"Degraded ({layer}): {head.message}"
     evidence = [f.message for f in ordered]
-    evidence += [f.message for f in all_findings if f not in ordered and f.severity != "info"][:6]
+    # Other blocking findings are added by corroborate() with their relation; warnings here.
+    evidence += [f.message for f in all_findings if f not in ordered and f.severity == "warning"][:6]
     steps: list[str] = []
     for f in ordered:
         for step in next_steps_for(f):
@@ -50,22 +52,22 @@ def _dedupe(culprits: list[Culprit]) -> list[Culprit]:
 
 
 def corroborate(verdict: Verdict, later: list[Finding]) -> Verdict:
-    """Follow the evidence into the later layers: a later blocking finding that blames the same
-    process corroborates the verdict; one that blames another process lowers the confidence and
-    is said out loud. Either way there is one verdict, never two contradicting ones."""
+    """Follow the evidence into the later layers. When the flow stops upstream, downstream layers
+    stall too (requests wait, rings stop moving): those are symptoms and are listed as such. A later
+    finding that blames the same process corroborates the verdict; one that blames another process
+    on the compute path (EngineCore, worker) lowers the confidence and is said out loud. Either way
+    there is one verdict, never two contradicting ones."""
     blamed = {(c.node, c.pid) for c in verdict.culprits if c.pid is not None}
-    agree: list[Finding] = []
-    disagree: list[Finding] = []
     for f in later:
         theirs = {(c.node, c.pid) for c in f.culprits if c.pid is not None}
-        if not theirs:
-            continue
-        (agree if theirs & blamed else disagree).append(f)
-    for f in agree:
-        verdict.evidence.append(f"corroborated by the {f.layer} layer: {f.message}")
-    if disagree:
-        verdict.confidence = "medium"
-        for f in disagree:
+        compute = {(c.node, c.pid) for c in f.culprits if c.pid is not None and c.role in COMPUTE_ROLES}
+        if theirs & blamed:
+            verdict.evidence.append(f"corroborated by the {f.layer} layer: {f.message}")
+        elif compute and blamed and not compute & blamed:
+            verdict.confidence = "medium"
             verdict.evidence.append(f"conflicting signal from the {f.layer} layer: {f.message}")
-        verdict.summary += " Other layers point elsewhere too (see evidence): confidence medium."
+        else:
+            verdict.evidence.append(f"downstream symptom ({f.layer}): {f.message}")
+    if verdict.confidence == "medium":
+        verdict.summary += " Another layer blames a different process (see evidence): confidence medium."
     return verdict
