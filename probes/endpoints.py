@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.probe import ProbeSpec
+from vllmdiag.probe import ProbeSpec, Skip
 from vllmdiag.probes import _zmtp
 from vllmdiag.probes._procfs import read_text
 from vllmdiag.probes.sockets import parse_unix
@@ -29,6 +29,9 @@ def collect(ctx: Context) -> dict[str, Any]:
     procs = scope(ctx.data("processes").get("processes", []), ctx.options.get("pids"))
     pids = {p["pid"] for p in procs}
     socks = ctx.data("sockets")
+    seen = ctx.result("sockets")
+    if seen is None or seen.status not in ("ok", "partial"):
+        raise Skip("the sockets probe gave no socket table (see its status)")
     unix = [u for u in socks.get("unix", []) if set(u["pids"]) & pids]
     tcp = [t for t in socks.get("tcp", []) if set(t["pids"]) & pids]
     ipc = ipc_endpoints(unix)

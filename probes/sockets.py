@@ -23,16 +23,19 @@ SO_ACCEPTCON = 0x10000
 def collect(ctx: Context) -> dict[str, Any]:
     procs = ctx.data("processes").get("processes", [])
     owners: dict[int, list[int]] = {}
-    netns_rep: dict[str, int] = {}
+    netns_pids: dict[str, list[int]] = {}
     for proc in procs:
         for inode in socket_inodes(ctx, proc["pid"]):
             owners.setdefault(inode, []).append(proc["pid"])
-        netns_rep.setdefault(proc.get("ns", {}).get("net") or "?", proc["pid"])
+        netns_pids.setdefault(proc.get("ns", {}).get("net") or "?", []).append(proc["pid"])
     unix: list[dict[str, Any]] = []
     tcp: list[dict[str, Any]] = []
     live_paths: set[str] = set()
-    for ns, rep in sorted(netns_rep.items()):
-        for entry in parse_unix(read_text(ctx.proc(rep, "net/unix")) or ""):
+    for ns, pids in sorted(netns_pids.items()):
+        # The first pid may have exited since the processes probe (another deployment shutting down):
+        # reading its net/unix then fails and would hide every socket of the namespace; try the next.
+        rep, text = next(((p, t) for p in pids if (t := read_text(ctx.proc(p, "net/unix"))) is not None), (pids[0], ""))
+        for entry in parse_unix(text):
             if entry["path"]:
                 live_paths.add(entry["path"])
             if entry["inode"] in owners:
@@ -47,7 +50,7 @@ def collect(ctx: Context) -> dict[str, Any]:
 
 def socket_inodes(ctx: Context, pid: int) -> list[int]:
     fd_dir = ctx.proc(pid, "fd")
-    out: list[dict[str, Any]] = []
+    out: list[int] = []
     try:
         names = os.listdir(fd_dir)
     except OSError:

@@ -26,7 +26,10 @@ STARTUP_CLASSES = ("nccl_init", "wait_until_ready", "wait_for_ready", "handshake
 
 
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    ep = snapshot.data("endpoints")
+    # Absence of a listener is evidence only if the socket tables were read in full: a sockets or
+    # endpoints probe that timed out under load must not turn into "endpoint gone".
+    seen = snapshot.status("sockets") == "ok"
+    ep = snapshot.data("endpoints") if seen and snapshot.status("endpoints") == "ok" else {}
     out: list[Finding] = []
     for dep in deployments:
         view = _View(snapshot, dep, ep)
@@ -36,7 +39,8 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
             if any(f.code == "handshake.engine_endpoint_gone" for f in gone):
                 unreachable = _fold_orphans(view, gone[0], unreachable)
             out += gone + _coordinator(view) + unreachable
-        out += _http_listen(view)
+        out += _http_listen(view) if seen else []
+    ep = snapshot.data("endpoints")
     if ep.get("stale_total"):
         files = ep.get("stale_files", [])
         oldest = max((f["age_s"] for f in files), default=0)
