@@ -25,7 +25,7 @@ def _proc(pid: int, role: str, ppid: int = 1, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def zctx() -> Iterator[zmq.Context]:  # type: ignore[type-arg]
+def zctx() -> Iterator[zmq.Context]:
     ctx = zmq.Context()
     yield ctx
     ctx.destroy(linger=0)
@@ -39,7 +39,7 @@ def _collect(tmp_path: Path, procs: list[dict[str, Any]], **options: Any) -> dic
     return endpoints.collect(ctx)
 
 
-def test_binders_peers_stale_files_and_zmtp(zctx: zmq.Context, tmp_path: Path) -> None:  # type: ignore[type-arg]
+def test_binders_peers_stale_files_and_zmtp(zctx: zmq.Context, tmp_path: Path) -> None:
     live = tmp_path / str(uuid.uuid4())
     router = zctx.socket(zmq.ROUTER)
     router.bind(f"ipc://{live}")
@@ -75,7 +75,7 @@ def test_binders_peers_stale_files_and_zmtp(zctx: zmq.Context, tmp_path: Path) -
     stale.unlink()
 
 
-def test_http_port_of_an_ipc_api_server_is_not_greeted(zctx: zmq.Context, tmp_path: Path) -> None:  # type: ignore[type-arg]
+def test_http_port_of_an_ipc_api_server_is_not_greeted(zctx: zmq.Context, tmp_path: Path) -> None:
     """In local-only mode the API server's TCP listeners are HTTP, not ZMQ: no greeting wait."""
     live = tmp_path / str(uuid.uuid4())
     router = zctx.socket(zmq.ROUTER)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ def _procs(api_age: float = 50.0, extra: list[dict[str, Any]] | None = None) -> 
              "ranks": {"tp": 0}}, *(extra or [])]
 
 
-def _snap(listeners: list[tuple[str, list[int], int, str | None, str]], *, http: bool = True, api_age: float = 50.0,
+def _snap(listeners: Sequence[tuple[str, list[int], int, str | None, str]], *, http: bool = True, api_age: float = 50.0,
           stale: list[dict[str, Any]] | None = None, extra: list[dict[str, Any]] | None = None) -> Snapshot:
     """listeners: (endpoint, holders, accepted, ZMTP peer type or None, ZMTP status)."""
     ipc = [{"path": e[6:], "endpoint": e, "binders": h, "accepted": a, "uuid_name": True} for e, h, a, _, _ in listeners]
@@ -43,7 +44,7 @@ def _snap(listeners: list[tuple[str, list[int], int, str | None, str]], *, http:
     ep = {"ipc": ipc, "tcp_listen": [], "zmtp": zmtp, "stale_files": stale or [], "stale_total": len(stale or []),
           "rpc_dirs": ["/tmp"], "processes": [{"pid": p["pid"], "http_port": 8000 if p["pid"] == API else None} for p in procs]}
     tcp = [{"local": "0.0.0.0:8000", "remote": "0.0.0.0:0", "state": "LISTEN", "pids": [API], "netns": "n"}] if http else []
-    probes = {"processes": {"processes": procs}, "endpoints": ep, "sockets": {"tcp": tcp, "unix": []},
+    probes: dict[str, dict[str, Any]] = {"processes": {"processes": procs}, "endpoints": ep, "sockets": {"tcp": tcp, "unix": []},
               "http": {"api_servers": [{"pid": API, "unlisted_socket_inodes": [] if http else [4242]}]}}
     return Snapshot(node="n", collected_at="", vllmdiag_version="", duration_s=0.0,
                     probes={k: ProbeResult("ok", 0.0, None, v) for k, v in probes.items()})

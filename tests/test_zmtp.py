@@ -19,7 +19,7 @@ SLACK_S = 0.4
 
 
 @pytest.fixture
-def zctx() -> Iterator[zmq.Context]:  # type: ignore[type-arg]
+def zctx() -> Iterator[zmq.Context]:
     ctx = zmq.Context()
     yield ctx
     ctx.destroy(linger=0)
@@ -30,7 +30,7 @@ def _ipc(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", ["ROUTER", "PULL", "XPUB", "PUB", "DEALER", "REP"])
-def test_names_peer_socket_type_over_ipc_and_tcp(zctx: zmq.Context, tmp_path: Path, kind: str) -> None:  # type: ignore[type-arg]
+def test_names_peer_socket_type_over_ipc_and_tcp(zctx: zmq.Context, tmp_path: Path, kind: str) -> None:
     sock = zctx.socket(getattr(zmq, kind))
     addr = _ipc(tmp_path)
     sock.bind(addr)
@@ -44,7 +44,7 @@ def test_names_peer_socket_type_over_ipc_and_tcp(zctx: zmq.Context, tmp_path: Pa
         assert res["latency_ms"] < 1000
 
 
-def test_check_delivers_no_message_and_no_subscription(zctx: zmq.Context, tmp_path: Path) -> None:  # type: ignore[type-arg]
+def test_check_delivers_no_message_and_no_subscription(zctx: zmq.Context, tmp_path: Path) -> None:
     """ROUTER, PULL and XPUB_VERBOSE (vLLM's MessageQueue writer) see no message, no subscription,
     and their monitors never report a completed handshake: no pipe was ever attached."""
     targets = []

@@ -107,7 +107,8 @@ def _frontend(v: _View) -> list[Finding]:
     if len(missing) > unknown:  # listeners we could not greet might still be the missing types
         what = " and ".join(f"{FRONTEND[t]} {t}" for t in missing) if not unknown else "engine input/output"
         started = api.get("start_time") or 0
-        fresh = [f["path"] for f in v.ep.get("stale_files", []) if f.get("mtime", 0) >= started][:5]
+        # +1 s: start_time derives from the integer boot time, so it may read up to 1 s early.
+        fresh = [f["path"] for f in v.ep.get("stale_files", []) if f.get("mtime", 0) > started + 1.0][:5]
         why = f"owns the {what} endpoint, which no longer listens"
         tail = f"; stale socket file(s) left since it started: {', '.join(fresh)}" if fresh else ""
         return [finding("handshake.engine_endpoint_gone", LAYER, "critical", v.snap, v.dep,
