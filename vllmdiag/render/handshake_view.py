@@ -1,0 +1,41 @@
+"""Endpoint view: each ZMQ listener of the reported deployments, its holders, peers and ZMTP answer.
+
+Reads only the report (its snapshots' ``endpoints`` data); never collects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllmdiag.analysis.engine import Report
+
+STATUS_STYLE = {"ok": "green", "timeout": "bold red", "refused": "red", "no_listener": "red", "closed": "yellow",
+                "rejected": "yellow", "not_zmtp": "dim", "greeted": "yellow", "error": "magenta"}
+MAX_ROWS = 60
+
+
+def render(report: Report, console: Any) -> None:
+    rows = []
+    for snap in report.snapshots:
+        pids = {p for d in report.deployments if d.deployment.node == snap.node for p in d.deployment.pids}
+        ep = snap.data("endpoints")
+        zmtp = {z.get("listener") or z["endpoint"]: z for z in ep.get("zmtp", [])}
+        listeners = [(e["endpoint"], e["binders"], e["accepted"]) for e in ep.get("ipc", [])]
+        listeners += [(t["endpoint"], t["pids"], t["accepted"]) for t in ep.get("tcp_listen", [])]
+        rows += [(endpoint, holders, accepted, zmtp.get(endpoint, {})) for endpoint, holders, accepted in listeners
+                 if set(holders) & pids]
+    if not rows:
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="ZMQ endpoints (listeners; peers = accepted connections; ZMTP greeting)")
+    for col in ("endpoint", "held by", "peers", "type", "zmtp", "ms"):
+        table.add_column(col, overflow="fold")
+    for endpoint, holders, accepted, z in sorted(rows, key=lambda r: (min(r[1]), r[0]))[:MAX_ROWS]:
+        status = z.get("status") or "-"
+        table.add_row(Text(endpoint), ",".join(map(str, holders)), str(accepted), z.get("peer_socket_type") or "?",
+                      Text(status, style=STATUS_STYLE.get(status, "")), str(z.get("latency_ms") or ""))
+    if len(rows) > MAX_ROWS:
+        table.add_row(f"... {len(rows) - MAX_ROWS} more", "", "", "", "", "")
+    console.print(table)
