@@ -52,7 +52,12 @@ def _blames(c: Culprit, who: str | None, dep: Any, fault: str, rank: int | None)
     if who == "worker":
         if fault == "response-ring-full":
             return False
-        return c.role == "worker" and c.rank == rank and (c.pid in (None, dep.worker_pid(rank)))
+        try:
+            return c.role == "worker" and c.rank == rank and c.pid in (None, dep.worker_pid(rank))
+        except sim.SimError:
+            # The sim no longer lists a dead worker: the culprit must still not be a live peer.
+            live = {p["pid"] for p in dep.processes if p["role"] == "worker"}
+            return c.role == "worker" and c.rank == rank and c.pid not in live
     if who == "engine_core":
         return c.role == "engine_core"
     if who == "api_server":

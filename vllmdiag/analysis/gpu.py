@@ -76,8 +76,13 @@ def compare_group(members: dict[int, dict[str, Any]], classes: dict[int, StackCl
     if not ops:
         return None
     (op, count), *rest = ops.most_common()
-    if rest and rest[0][1] == count:  # two equal camps name no culprit
-        return None
+    if rest and rest[0][1] == count:
+        tied = [o for o, n in ops.items() if n == count]
+        if "all_reduce" not in tied:  # two equal camps of rare ops name no culprit
+            return None
+        # all_reduce is the op a TP forward runs many times per layer; the rank found in a rarer op
+        # (all_gather of the logits, a broadcast) is the likelier one to have diverged (TP=2 ties).
+        op = "all_reduce"
     res = GroupCompare(None if op == "?" else op)
     total = max(size or 0, max(members) + 1)
     for rank in range(total):

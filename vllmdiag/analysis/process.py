@@ -22,24 +22,35 @@ STATE_CODES = {"Z": ("process.zombie", "is a zombie (exited, not reaped)"),
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     out: list[Finding] = []
     for dep in deployments:
-        out += _states(snapshot, dep)
+        missing = _missing_ranks(snapshot, dep)
+        out += _states(snapshot, dep, _inferred_ranks(missing))
         out += _orphans_and_missing_engine(snapshot, dep)
-        out += _missing_ranks(snapshot, dep)
+        out += missing
         out += _fd_pressure(snapshot, dep)
     return out
 
 
-def _states(snap: Snapshot, dep: Deployment) -> list[Finding]:
+def _inferred_ranks(missing: list[Finding]) -> dict[int, int]:
+    """A zombie has lost its cmdline (comm keeps "VLLM::Worker_TP" without the digit); the rank it
+    held is the one missing from the group."""
+    return {c.pid: c.rank for f in missing for c in f.culprits if c.pid is not None and c.rank is not None}
+
+
+def _states(snap: Snapshot, dep: Deployment, inferred: dict[int, int]) -> list[Finding]:
     out = []
     for p in dep.processes:
         state = p.get("state")
         if state not in STATE_CODES or role_of(p) not in VLLM_ROLES:
             continue
         code, what = STATE_CODES[state]
-        name = display_title(p) or role_of(p)
+        blame = culprit(snap, p, f"state {state}: {what}")
+        if blame.rank is None and p["pid"] in inferred:
+            blame.rank = inferred[p["pid"]]
+            blame.title = f"VLLM::Worker_TP{blame.rank}"
+        name = blame.title or role_of(p)
         out.append(finding(code, LAYER, "critical", snap, dep, f"{name} (pid {p['pid']}) {what}.",
                            [p["pid"]], {"state": state, "wchan": p.get("wchan"), "title": name},
-                           [culprit(snap, p, f"state {state}: {what}")]))
+                           [blame]))
     return out
 
 
