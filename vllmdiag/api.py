@@ -63,6 +63,11 @@ def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageRes
         snaps.extend(load_snapshots(path))
     if not snaps:
         raise SnapshotError("no snapshot found in " + ", ".join(str(p) for p in paths))
+    from vllmdiag.fleet.api import analyze_saved  # several nodes (e.g. a sweep --save dir): the fleet verdict
+
+    fleet = analyze_saved(paths, snaps, pids)
+    if fleet is not None:
+        return fleet
     from vllmdiag.analysis.engine import analyze
 
     return TriageResult(analyze(snaps, set(pids) if pids else None))

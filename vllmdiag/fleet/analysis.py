@@ -116,8 +116,10 @@ def _already_named(f: Finding, nodes: dict[str, _Node]) -> bool:
 
 def _view(node: _Node) -> NodeView:
     if node.snapshot is None:
+        if node.outcome.status == "ok":  # listed as answered, but its snapshot file is not there
+            node.outcome = NodeOutcome(node.name, "error", "no snapshot for this node", node.outcome.duration_s)
         reason = node.outcome.reason or node.outcome.status
-        verdict = Verdict(status=STATUS_OF_FAILED, summary=f"{node.name} {node.outcome.status}: {reason}",
+        verdict = Verdict(status=STATUS_OF_FAILED, summary=reason,
                           evidence=[reason], confidence="low")
     else:
         verdict = overall([node.snapshot], node.reports, node.findings)

@@ -71,9 +71,10 @@ def fold_classes(views: list[NodeView]) -> list[dict[str, Any]]:
     for members in by_sig.values():
         first = members[0]
         status = first.verdict.status if first.answered else first.outcome.status
-        classes.append({"nodes": str(NodeSet.fromlist([m.name for m in members])), "count": len(members),
-                        "status": status, "layer": first.verdict.layer, "summary": first.verdict.summary,
-                        "gpus": first.gpus, "rank": first.rank})
+        nodes = str(NodeSet.fromlist([m.name for m in members]))
+        text = f"{nodes}: {first.verdict.summary}" if first.answered else f"{nodes} {status}: {first.verdict.summary}"
+        classes.append({"nodes": nodes, "count": len(members), "status": status, "layer": first.verdict.layer,
+                        "summary": first.verdict.summary, "text": text, "gpus": first.gpus, "rank": first.rank})
     classes.sort(key=lambda c: (-int(c["rank"]), -int(c["count"]), str(c["nodes"])))
     for c in classes:
         del c["rank"]
@@ -85,23 +86,26 @@ def fleet_verdict(views: list[NodeView], classes: list[dict[str, Any]]) -> Verdi
         return Verdict(status="no-deployment", summary="No node to analyse.")
     counted = [v for v in views if v.verdict.status != "no-deployment"] or views
     worst = max(counted, key=lambda v: v.rank)
-    lines = [f"{c['nodes']} {c['status']}" + (f": {c['summary']}" if c["status"] != "healthy" else "") for c in classes]
+    lines = [c["text"] if c["status"] != "healthy" else f"{c['nodes']} healthy" for c in classes]
     if worst.verdict.status in ("healthy", "no-deployment"):
         status = worst.verdict.status
         summary = (f"All {len(views)} nodes healthy." if status == "healthy" else worst.verdict.summary)
         if len(classes) > 1:
             summary += " " + "; ".join(lines)
         return Verdict(status=status, summary=summary, evidence=lines)
-    same = [v for v in counted if v.signature() == worst.signature()]
+    if worst.answered:
+        same = [v for v in counted if v.signature() == worst.signature()]
+    else:  # the fleet is inconclusive because nodes did not answer: all of them are the culprits
+        same = [v for v in counted if not v.answered]
     culprits = _culprits(same)[:MAX_CULPRITS]
     head = next(c for c in classes if worst.name in _names(c["nodes"]))
-    others = [line for line in lines if not line.startswith(head["nodes"] + " ")]
-    summary = f"{head['nodes']}: {worst.verdict.summary}"
+    others = [c for c in classes if c is not head]
+    summary = head["text"]
     if others:
-        summary += " Elsewhere: " + "; ".join(o.split(":")[0] for o in others[:4]) + "."
+        summary += " Elsewhere: " + "; ".join(f"{c['nodes']} {c['status']}" for c in others[:4]) + "."
     steps = [f"on {worst.name}: {s}" for s in worst.verdict.next_steps]
     return Verdict(status=worst.verdict.status, layer=worst.verdict.layer, culprits=culprits, summary=summary,
-                   evidence=lines[:12] + worst.verdict.evidence[:6], next_steps=steps[:8],
+                   evidence=lines[:12] + (worst.verdict.evidence[:6] if worst.answered else []), next_steps=steps[:8],
                    confidence=worst.verdict.confidence)
 
 
@@ -109,7 +113,7 @@ def _culprits(views: list[NodeView]) -> list[Culprit]:
     out: list[Culprit] = []
     for v in views:
         if not v.answered:
-            out.append(Culprit(node=v.name, pid=None, role="node", rank=None, title=v.name,
+            out.append(Culprit(node=v.name, pid=None, role="node", rank=None, title="node",
                                reason=f"{v.outcome.status}: {v.outcome.reason or ''}".rstrip(": ")))
         else:
             out += v.verdict.culprits

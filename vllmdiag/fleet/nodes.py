@@ -70,6 +70,8 @@ def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: 
     for text in texts:
         if "\n" in text or "\r" in text or "\0" in text:
             raise UsageError("invalid node set: contains a line break or NUL")
+        if estimate_size(text) > MAX_NODES:  # ClusterShell expands ranges into sets: check before parsing
+            raise UsageError(f"node set too large: more than {MAX_NODES} nodes")
         try:
             total.update(NodeSet(text, resolver=resolver))
         except (NodeSetException, ValueError) as exc:
@@ -77,6 +79,22 @@ def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: 
         if len(total) > MAX_NODES:
             raise UsageError(f"node set too large: more than {MAX_NODES} nodes")
     return [check_name(n) for n in total]
+
+
+def estimate_size(text: str) -> int:
+    """Upper bound of the nodes a node-set string names, from its bracket ranges alone (cheap)."""
+    total = 0
+    for element in re.split(r",(?![^\[]*\])", text):
+        count = 1
+        for body in re.findall(r"\[([^\]]*)\]", element):
+            size = 0
+            for part in body.split(","):
+                lo, _, hi = part.partition("-")
+                bounds = re.findall(r"\d+", lo), re.findall(r"\d+", hi)
+                size += abs(int(bounds[1][0]) - int(bounds[0][0])) + 1 if bounds[0] and bounds[1] else 1
+            count *= max(1, size)
+        total += count
+    return total
 
 
 def _read_hostfile(path: Path) -> list[str]:
@@ -110,9 +128,13 @@ def parse_inventory(raw: Any, where: str) -> Inventory:
     for name, nodes in _mapping(obj.get("groups") or {}, f"{where}: groups").items():
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(name)) or not isinstance(nodes, str):
             raise UsageError(f"{where}: group {name!r} must be a name mapped to a node set string")
+        if estimate_size(nodes) > MAX_NODES:
+            raise UsageError(f"{where}: group {name!r} is larger than {MAX_NODES} nodes")
         groups[str(name)] = nodes
     inv = Inventory(groups=groups, defaults=defaults)
     for pattern, opts in _mapping(obj.get("nodes") or {}, f"{where}: nodes").items():
+        if estimate_size(str(pattern)) > MAX_NODES:
+            raise UsageError(f"{where}: nodes: {pattern!r} is larger than {MAX_NODES} nodes")
         try:
             names = list(NodeSet(str(pattern)))
         except NodeSetException as exc:

@@ -6,6 +6,7 @@ with ``shlex.join`` from names that ``nodes.check_name`` already restricted to a
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -37,8 +38,12 @@ class Transport:
     connect_timeout_s: float = 5.0
     strict_host_key_checking: str | None = None
     ssh_path: str = "ssh"
+    probes: tuple[str, ...] = ()  # passed on as `collect --probe NAME`
 
     def __post_init__(self) -> None:
+        bad = [p for p in self.probes if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", p)]
+        if bad:
+            raise UsageError(f"invalid probe name {bad[0]!r}")
         if self.exec_template is not None:
             tokens = _split(self.exec_template, "--exec")
             if not tokens or not any("%h" in t for t in tokens):
@@ -55,6 +60,8 @@ class Transport:
 
 def remote_argv(transport: Transport, node: str, budget_s: float) -> list[str]:
     args = ["--json", "--node", node, "--budget", f"{budget_s:.1f}"]
+    for probe in transport.probes:
+        args += ["--probe", probe]
     if transport.ship:
         return ["sh", "-c", SHIP_SNIPPET, SHIP_ARGV0, *args]
     return [*_split(transport.remote_cmd, "--remote-cmd"), "collect", *args]

@@ -1,0 +1,100 @@
+"""Plain-function API behind ``vllmdiag sweep``: sweep, confirm, analyse, save. No printing, no exit codes."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from vllmdiag.api import TriageResult
+from vllmdiag.fleet.analysis import analyze_fleet, is_fleet
+from vllmdiag.fleet.confirm import CONFIRM_PROBES, merge_resample, nodes_to_confirm
+from vllmdiag.fleet.outcome import NodeOutcome
+from vllmdiag.fleet.sweep import Progress, SweepPlan, run_sweep
+from vllmdiag.model import Snapshot, SnapshotError
+
+# Written next to the snapshots by --save; not *.json, so load_snapshots() does not take it for one.
+NODES_FILE = "nodes.sweep"
+MIN_CONFIRM_S = 2.0
+
+
+@dataclass
+class FleetResult(TriageResult):
+    outcomes: list[NodeOutcome] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def render(self, console: Any = None) -> None:
+        from vllmdiag.render.fleet_view import render_fleet
+
+        render_fleet(self.report, console)
+
+
+def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = True) -> FleetResult:
+    """Collect every node, confirm cross-node odd ranks with a second sample, analyse the fleet."""
+    start = time.monotonic()
+    outcomes = run_sweep(plan, progress)
+    snaps = {o.name: o.snapshot for o in outcomes if o.snapshot is not None}
+    report = analyze_fleet(list(snaps.values()), outcomes)
+    left = plan.deadline_s - (time.monotonic() - start)
+    todo = [n for n in nodes_to_confirm(report) if n in snaps] if confirm else []
+    if todo and left >= MIN_CONFIRM_S:
+        again_start = time.monotonic()
+        second = run_sweep(replace(plan, nodes=todo, transport=replace(plan.transport, probes=CONFIRM_PROBES),
+                                   sweep_timeout_s=left))
+        after = time.monotonic() - again_start
+        for o in second:
+            if o.snapshot is not None:
+                snaps[o.name] = merge_resample(snaps[o.name], o.snapshot, after)
+        for o in outcomes:
+            o.snapshot = snaps.get(o.name, o.snapshot)
+        report = analyze_fleet([s for s in snaps.values() if s is not None], outcomes)
+    return FleetResult(report=report, outcomes=outcomes, wall_s=time.monotonic() - start)
+
+
+def save(result: TriageResult, directory: Path) -> list[Path]:
+    """One snapshot JSON per node (safe file names) plus the node statuses, for `vllmdiag analyze DIR`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    used: set[str] = set()
+    for snap in result.report.snapshots:
+        stem = safe_stem(snap.node)
+        while stem in used:
+            stem += "_"
+        used.add(stem)
+        path = directory / f"{stem}.json"
+        path.write_text(json.dumps(snap.to_dict(), default=str) + "\n", encoding="utf-8")
+        written.append(path)
+    nodes = result.report.extra.get("nodes", [])
+    (directory / NODES_FILE).write_text(json.dumps([{k: n.get(k) for k in ("name", "status", "reason", "duration_s")}
+                                                    for n in nodes]) + "\n", encoding="utf-8")
+    return written
+
+
+def safe_stem(name: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)[:200].lstrip(".") or "node"
+    return stem
+
+
+def analyze_saved(paths: list[Path], snaps: list[Snapshot], pids: list[int] | None = None) -> FleetResult | None:
+    """The fleet verdict for `vllmdiag analyze` when its snapshots come from several nodes, else None."""
+    if pids or not is_fleet(snaps):
+        return None
+    outcomes: list[NodeOutcome] = []
+    for path in paths:
+        status_file = path / NODES_FILE if path.is_dir() else None
+        if status_file is not None and status_file.is_file():
+            outcomes += _read_nodes(status_file)
+    return FleetResult(report=analyze_fleet(snaps, outcomes or None), outcomes=outcomes)
+
+
+def _read_nodes(path: Path) -> list[NodeOutcome]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError(f"{path}: cannot read the node list ({exc})") from None
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise SnapshotError(f"{path}: expected a JSON list of node entries")
+    return [NodeOutcome.from_dict(r) for r in raw]

@@ -1,0 +1,97 @@
+"""``vllmdiag sweep``: thin typer command over ``vllmdiag.fleet.api`` (registered by vllmdiag/cli.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+from vllmdiag.cli_errors import UsageError
+
+
+def register(app: Any) -> None:
+    app.command("sweep")(sweep_command)
+
+
+def _opt(*names: str, help: str) -> Any:
+    import typer
+
+    return typer.Option(*names, help=help)
+
+
+def _arg(help: str) -> Any:
+    import typer
+
+    return typer.Argument(help=help, show_default=False)
+
+
+def sweep_command(
+    nodeset: Annotated[str | None, _arg(help="nodes in ClusterShell syntax, e.g. 'gpu[00-47]' or '@group'")] = None,
+    nodes: Annotated[list[str] | None, _opt("-w", help="more nodes (ClusterShell syntax; repeatable)")] = None,
+    hostfile: Annotated[Path | None, _opt("--hostfile", help="file with one node (set) per line")] = None,
+    inventory: Annotated[Path | None, _opt("--inventory", help="fleet YAML: groups, per-node ssh options")] = None,
+    exec_template: Annotated[str | None, _opt("--exec", help="command prefix per node, %h = node: 'kubectl exec %h --'")] = None,
+    remote_cmd: Annotated[str, _opt("--remote-cmd", help="the vllmdiag program on the nodes")] = "vllmdiag",
+    ship: Annotated[bool, _opt("--ship", help="copy a self-contained collector and run it with vLLM's Python")] = False,
+    timeout: Annotated[float, _opt("--timeout", help="per-node deadline in seconds (connect + collect)")] = 20.0,
+    connect_timeout: Annotated[float, _opt("--connect-timeout", help="ssh connect timeout in seconds")] = 5.0,
+    sweep_timeout: Annotated[float | None, _opt("--sweep-timeout", help="whole-sweep deadline in seconds")] = None,
+    fanout: Annotated[int, _opt("--fanout", help="nodes contacted at once")] = 64,
+    strict: Annotated[str | None, _opt("--strict-host-key-checking", help="yes | no | accept-new")] = None,
+    probe: Annotated[list[str] | None, _opt("--probe", help="run only these probes on the nodes")] = None,
+    confirm: Annotated[bool, _opt("--confirm/--no-confirm", help="resample a cross-node odd rank once")] = True,
+    json_out: Annotated[bool, _opt("--json", help="print the fleet JSON contract")] = False,
+    save: Annotated[Path | None, _opt("--save", help="write one snapshot JSON per node into this directory")] = None,
+    report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
+) -> int:
+    """Diagnose every node of a fleet at once: one verdict, nodes folded into classes, sick nodes listed."""
+    from vllmdiag.fleet.api import save as save_dir
+    from vllmdiag.fleet.api import sweep
+    from vllmdiag.fleet.nodes import load_inventory, resolve_nodes
+    from vllmdiag.fleet.sweep import SweepPlan
+    from vllmdiag.fleet.transport import Transport
+
+    if not 0.5 <= timeout <= 3600 or not 0.5 <= connect_timeout <= 600:
+        raise UsageError("--timeout must be 0.5-3600 s and --connect-timeout 0.5-600 s")
+    if sweep_timeout is not None and not 0.5 <= sweep_timeout <= 86400:
+        raise UsageError("--sweep-timeout must be between 0.5 and 86400 seconds")
+    if not 1 <= fanout <= 4096:
+        raise UsageError("--fanout must be between 1 and 4096")
+    inv = load_inventory(inventory) if inventory else None
+    names = resolve_nodes([nodeset or "", *(nodes or [])], hostfile, inv)
+    transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, connect_timeout_s=connect_timeout,
+                          strict_host_key_checking=strict, probes=tuple(probe or ()))
+    plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=timeout, fanout=fanout,
+                     sweep_timeout_s=sweep_timeout)
+    if json_out:
+        result = sweep(plan, confirm=confirm)
+    else:
+        result = _with_progress(plan, sweep, confirm)
+    if save is not None:
+        save_dir(result, save)
+    if report is not None:
+        from vllmdiag.render.files import write_report
+
+        write_report(result.report, report)
+    if json_out:
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        result.render()
+    return int(result.exit_code)
+
+
+def _with_progress(plan: Any, sweep: Any, confirm: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    bad = {"n": 0}
+    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("", total=len(plan.nodes))
+
+        def done(outcome: Any) -> None:
+            bad["n"] += outcome.status != "ok"
+            bar.update(task, advance=1, description=f"{bad['n']} not answering" if bad["n"] else "")
+
+        return sweep(plan, progress=done, confirm=confirm)

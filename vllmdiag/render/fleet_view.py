@@ -1,0 +1,84 @@
+"""Fleet picture: a nodes x GPUs grid coloured by state, identical rows folded into node sets (clush -b).
+
+``render(report, console)`` is the section ``render/text.py`` picks up (nothing for a one-node
+report); ``render_fleet`` is the whole sweep screen: verdict, classes, grid, the findings that matter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllmdiag.analysis.engine import Report
+
+CELL_STYLE = {".": ("■", "green"), "X": ("■", "bold red"), "b": ("■", "red"), "d": ("■", "yellow"), "?": ("■", "magenta")}
+NODE_STYLE = {"healthy": "green", "blocked": "bold red", "degraded": "yellow", "inconclusive": "magenta",
+              "no-deployment": "blue", "unreachable": "bold magenta", "timeout": "bold magenta", "error": "bold magenta"}
+MAX_ROWS = 40
+
+
+def grid_rows(report: Report) -> list[dict[str, Any]]:
+    """Nodes with the same status and the same GPU picture, folded; worst first."""
+    from ClusterShell.NodeSet import NodeSet
+
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for n in report.extra.get("nodes", []):
+        state = n["status"] if n["status"] != "ok" else n.get("verdict", "ok")
+        reason = (n.get("reason") or "").split(":")[0] if n["status"] != "ok" else ""
+        rows.setdefault((state, n.get("gpus") or "", reason), []).append(n["name"])
+    order = ["blocked", "degraded", "unreachable", "timeout", "error", "inconclusive", "no-deployment", "healthy"]
+    out: list[dict[str, Any]] = [
+        {"nodes": str(NodeSet.fromlist(names)), "count": len(names), "state": state, "gpus": gpus, "reason": reason}
+        for (state, gpus, reason), names in rows.items()]
+    out.sort(key=lambda r: (order.index(r["state"]) if r["state"] in order else 0, -int(r["count"])))
+    return out
+
+
+def render(report: Report, console: Any) -> None:
+    if "nodes" not in report.extra:
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="fleet: nodes x GPUs", show_header=True, header_style="bold", box=None)
+    for col in ("nodes", "#", "state", "GPUs", "why"):
+        table.add_column(col, overflow="fold")
+    rows = grid_rows(report)
+    for r in rows[:MAX_ROWS]:
+        cells = Text()
+        for ch in r["gpus"]:
+            glyph, style = CELL_STYLE.get(ch, ("■", "white"))
+            cells.append(glyph, style=style)
+        table.add_row(Text(r["nodes"]), str(r["count"]), Text(r["state"], style=NODE_STYLE.get(r["state"], "")),
+                      cells if r["gpus"] else Text("-", style="dim"), Text(r["reason"], style="dim"))
+    if len(rows) > MAX_ROWS:
+        table.add_row(f"... {len(rows) - MAX_ROWS} more classes", "", "", "", "")
+    console.print(table)
+    console.print(Text("■ ok  ", style="green") + Text("■ culprit  ", style="bold red")
+                  + Text("■ blocked  ", style="red") + Text("■ degraded  ", style="yellow")
+                  + Text("■ unknown", style="magenta"))
+    classes = report.extra.get("fleet", {}).get("classes", [])
+    for c in classes:
+        if c["status"] not in ("healthy", "unreachable", "timeout", "error"):
+            line = Text(f"{c['nodes']} ", style="bold") + Text(c["status"], style=NODE_STYLE.get(c["status"], ""))
+            console.print(line + Text(f": {c['summary']}"))
+
+
+def render_fleet(report: Report, console: Any = None) -> None:
+    from vllmdiag.render.text import findings_table, make_console, verdict_panel
+
+    console = console or make_console()
+    console.print(verdict_panel(report.verdict))
+    render(report, console)
+    failed = [n for n in report.extra.get("nodes", []) if n["status"] != "ok"]
+    for n in failed[:MAX_ROWS]:
+        console.print(f"[bold magenta]{_esc(n['name'])}[/] {n['status']}: {_esc(n.get('reason') or '')}")
+    if any(f.severity != "info" for f in report.findings):
+        shown = Report(verdict=report.verdict, deployments=[], snapshots=[],
+                       findings=[f for f in report.findings if f.severity != "info"][:60])
+        console.print(findings_table(shown))
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
