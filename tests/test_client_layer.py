@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import time
@@ -10,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from test_http_probe import api_proc, collect_http, start_server
 
 from vllmdiag.analysis import client
 from vllmdiag.analysis.deployments import find_deployments
+from vllmdiag.analysis.engine import DeploymentReport, Report
 from vllmdiag.api import triage
-from vllmdiag.model import ProbeResult, Snapshot
+from vllmdiag.model import ProbeResult, Snapshot, Verdict
+from vllmdiag.render import client_view
 
 from sim_fixtures import sim_state  # noqa: F401
 
@@ -70,6 +74,10 @@ def test_client_that_stops_reading_is_named_with_its_pid(server: tuple[subproces
         [c] = findings[0].culprits
         assert c.pid == stalled.pid and c.role == "http_client" and f"127.0.0.1:{stalled_port}" in c.title
         assert f"127.0.0.1:{reader_port}" in conns  # the live reader is seen but not blamed
+        out = io.StringIO()
+        client_view.render(Report(Verdict("blocked"), [DeploymentReport(d, Verdict("blocked")) for d in find_deployments(
+            snapshot(procs, data))], findings, [snapshot(procs, data)]), Console(file=out, width=200))
+        assert f"127.0.0.1:{stalled_port}" in out.getvalue() and str(stalled.pid) in out.getvalue()
     finally:
         for p in (stalled, reader):
             p.kill()

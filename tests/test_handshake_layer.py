@@ -144,3 +144,17 @@ def test_sim_healthy_with_a_stale_socket_file_is_healthy(sim_state: Path) -> Non
             assert f.severity == "info" and str(stale) in f.evidence["newest"]
     finally:
         stale.unlink()
+
+
+def test_endpoint_view_renders_listeners_and_zmtp_status() -> None:
+    import io
+
+    from rich.console import Console
+
+    from vllmdiag.render.text import render_report
+
+    out = io.StringIO()
+    render_report(analyze_report([_snap([(ROUTER, [ENGINE, WORKER], 0, None, "timeout"), (PULL, FORKED, 1, "PULL", "ok")])]),
+                  Console(file=out, width=200))
+    text = out.getvalue()
+    assert "ZMQ endpoints" in text and "timeout" in text and "PULL" in text and "handshake.engine_endpoint_gone" in text
