@@ -23,6 +23,7 @@ UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 API_ROLES = ("api_server", "api_server_child")
 MAX_DIR_ENTRIES = 20000
 MAX_STALE_LISTED = 200
+ZMTP_BUDGET_S = 2.0
 
 
 def collect(ctx: Context) -> dict[str, Any]:
@@ -163,9 +164,13 @@ def zmtp_targets(procs: list[dict[str, Any]], ipc: list[dict[str, Any]], listen:
 def check_all(ctx: Context, targets: list[tuple[str, str, list[int], str]]) -> list[dict[str, Any]]:
     if not targets:
         return []
-    per = float(ctx.options.get("zmtp_timeout_s", 0.5))
-    per = max(0.05, min(per, ctx.remaining() - 0.2))
-    with ThreadPoolExecutor(max_workers=min(8, len(targets)), thread_name_prefix="zmtp") as pool:
+    # Threads mostly wait on sockets; the per-endpoint timeout shrinks so that every round of checks
+    # fits the ZMTP budget (many silent listeners, e.g. a stopped process, must not time the probe out).
+    workers = min(16, len(targets))
+    rounds = -(-len(targets) // workers)
+    budget = min(ctx.remaining(), ZMTP_BUDGET_S) - 0.2
+    per = max(0.05, min(float(ctx.options.get("zmtp_timeout_s", 0.5)), budget / rounds))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zmtp") as pool:
         results = list(pool.map(lambda t: {**_zmtp.check(t[0], per, fs_root=t[1]), "pids": t[2], "listener": t[3]}, targets))
     return results
 

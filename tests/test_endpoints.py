@@ -109,3 +109,22 @@ def test_ipc_endpoints_count_accepted_sockets_per_path() -> None:
     eps = {e["path"]: e for e in endpoints.ipc_endpoints(unix)}
     assert eps["/tmp/a"]["accepted"] == 1 and eps["/tmp/a"]["binders"] == [1, 2]
     assert eps["\0abstract"]["endpoint"] == "ipc://@abstract"
+
+
+def test_many_silent_listeners_fit_the_zmtp_budget(tmp_path: Path) -> None:
+    """A stopped process with many listeners answers no greeting: the probe still ends in its budget."""
+    silent = []
+    for _ in range(40):
+        s = socket.socket()
+        s.bind(("127.0.0.5", 0))
+        s.listen(4)
+        silent.append(s)
+    try:
+        start = time.monotonic()
+        data = _collect(tmp_path, [_proc(os.getpid(), "worker")])
+        assert time.monotonic() - start < endpoints.ZMTP_BUDGET_S + 0.5
+        mine = [z for z in data["zmtp"] if z["endpoint"].startswith("tcp://127.0.0.5:")]
+        assert len(mine) == 40 and {z["status"] for z in mine} == {"timeout"}
+    finally:
+        for s in silent:
+            s.close()
