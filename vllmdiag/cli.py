@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
         from vllmdiag.collect_cli import main as collect_main
 
         raise SystemExit(_guard(lambda: collect_main(argv[1:])))
-    app = build_app()
+    app = build_app(argv)
     raise SystemExit(_guard(lambda: app(args=argv, prog_name="vllmdiag", standalone_mode=False) or 0))
 
 
@@ -82,7 +82,7 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def build_app() -> Any:
+def build_app(argv: list[str] | None = None) -> Any:
     import typer
 
     app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -100,12 +100,14 @@ def build_app() -> Any:
                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(_collect_passthrough)
     app.command("playbook")(playbook_command)
     app.command("demo")(demo_command)
-    try:
-        from vllmdiag.sim.cli import app as sim_app
+    command = next((a for a in argv or [] if not a.startswith("-")), None)
+    if command in (None, "sim"):  # the simulator's imports cost ~0.1 s: only when it is asked for or listed
+        try:
+            from vllmdiag.sim.cli import app as sim_app
 
-        app.add_typer(sim_app, name="sim", help="Simulated vLLM 0.33 deployments with fault injection.")
-    except ImportError:
-        pass
+            app.add_typer(sim_app, name="sim", help="Simulated vLLM 0.33 deployments with fault injection.")
+        except ImportError:
+            pass
     for module, attr in (("vllmdiag.fleet.cli", "register"),
                          ("vllmdiag.gate.cli", "register")):
         try:
