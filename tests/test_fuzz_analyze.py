@@ -37,7 +37,7 @@ def test_any_json_value(raw: Any) -> None:
     _analyze_raw(raw)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(probe=st.sampled_from(PROBES), payload=JSONISH,
        procs=st.lists(st.fixed_dictionaries({}, optional={k: JSONISH for k in PROC_KEYS}), max_size=5))
 def test_corrupted_probe_data(probe: str, payload: Any, procs: list[dict[str, Any]]) -> None:
