@@ -15,7 +15,7 @@ SPEC = ProbeSpec(
     name="processes",
     layer="process",
     description="vLLM processes (titles, roles, ranks, state, tree, threads, fds, limits)",
-    timeout_s=3.0,
+    timeout_s=5.0,  # a hung node is often a loaded one: /proc reads slow down with the load
 )
 
 ENV_KEEP = ("VLLM_", "NCCL_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "TORCH_NCCL", "TORCH_DISTRIBUTED",

@@ -73,7 +73,10 @@ def _metrics(snap: Snapshot, dep: Deployment, server: dict[str, Any], gap: float
     evidence = {"first": _brief(m0), "last": _brief(m1), "gap_s": gap, "port": server.get("port")}
     engines = [e for e in dep.engines if e.get("state") not in ("Z", "X")]
     if m0["waiting"] > 0 and m1["waiting"] > 0 and m0["running"] == 0 and m1["running"] == 0 and not moved:
-        return [finding("client.requests_stuck_waiting", LAYER, "critical", snap, dep,
+        # An EngineCore whose stack waits on its workers (or on a full ring) is not "scheduling
+        # nothing": it is stuck below, and the layer that stops the flow names that culprit.
+        busy_below = _engines_waiting_below(snap, engines)
+        return [finding("client.requests_stuck_waiting", LAYER, "info" if busy_below else "critical", snap, dep,
                         f"{m1['waiting']:.0f} request(s) wait while none runs and no token was produced in {gap:.2f} s: "
                         "the engine schedules nothing.", [e["pid"] for e in engines], evidence,
                         [culprit(snap, e, "requests wait but it schedules none") for e in engines])]
@@ -82,6 +85,14 @@ def _metrics(snap: Snapshot, dep: Deployment, server: dict[str, Any], gap: float
                         f"{m1['running']:.0f} request(s) running but no token counted in {gap:.2f} s "
                         "(a long prefill step, or a stall the other layers explain).", [], evidence, [])]
     return []
+
+
+def _engines_waiting_below(snap: Snapshot, engines: list[dict[str, Any]]) -> bool:
+    from vllmdiag.analysis.stacks import classify_snapshot
+
+    classes = classify_snapshot(snap)
+    waiting = ("engine_waiting_workers", "engine_blocked_full_ring")
+    return bool(engines) and all((c := classes.get(e["pid"])) is not None and c.name in waiting for e in engines)
 
 
 def _health(snap: Snapshot, dep: Deployment, server: dict[str, Any]) -> list[Finding]:
