@@ -135,7 +135,10 @@ def _launch(tmp: Path, spec: NodeSpec, port: int) -> subprocess.Popen[bytes]:
         f"ListenAddress {spec.address}:{port}", f"HostKey {tmp / 'host_key'}",
         f"AuthorizedKeysFile {tmp / 'authorized_keys'}", "PermitRootLogin prohibit-password",
         "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-        "PidFile none", "LogLevel ERROR", "PrintMotd no", "UseDNS no", "MaxStartups 100:30:200", ""]))
+        "PidFile none", "LogLevel ERROR", "PrintMotd no", "UseDNS no", "MaxStartups 100:30:200",
+        # Sessions run the user's shell, and bash sources ~/.bashrc for ssh commands: root's may run slow
+        # or lock-waiting tools (pyenv rehash). Tests want the node, not this machine's dotfiles.
+        f"SetEnv HOME={node_dir}", ""]))
     (node_dir / "spec.json").write_text(json.dumps({"dir": str(node_dir), "config": str(config),
                                                     "tree": spec.tree, "stop_ranks": spec.stop_ranks}))
     argv = ["unshare", "--pid", "--mount", "--fork", "--mount-proc", "--kill-child=SIGKILL",

@@ -109,3 +109,15 @@ def test_exec_template_with_a_fake_kubectl(nodes: Fleet, tmp_path: Path) -> None
     lines = log.read_text().splitlines()
     assert sorted(line.split()[:3] for line in lines) == [["exec", "gpu00", "--"], ["exec", "gpu02", "--"]]
     assert all("collect --json --node" in line for line in lines)
+
+
+def test_gate_over_the_fleet_with_junit(nodes: Fleet, tmp_path: Path) -> None:
+    junit = tmp_path / "gate.xml"
+    rc, out, _ = sweep(nodes, "gpu[00-01,99]", "--remote-cmd", nodes.remote_cmd, "--gate", "--junit", str(junit),
+                       "--connect-timeout", "1", "--timeout", "8")
+    assert rc == 1 and out["status"] == "fail" and "gpu99" in out["failed_nodes"]
+    by_node = {n["node"]: n for n in out["nodes"]}
+    assert {"gpu00", "gpu01", "gpu99"} <= set(by_node)
+    assert any(c["name"] == "collect" and c["status"] == "fail" for c in by_node["gpu99"]["checks"])
+    assert len(by_node["gpu00"]["checks"]) > 3  # the gate's node checks ran on the swept snapshot
+    assert "vllmdiag sweep --gate" in junit.read_text()

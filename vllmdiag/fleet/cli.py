@@ -33,6 +33,7 @@ def sweep_command(
     exec_template: Annotated[str | None, _opt("--exec", help="command prefix per node, %h = node: 'kubectl exec %h --'")] = None,
     remote_cmd: Annotated[str, _opt("--remote-cmd", help="the vllmdiag program on the nodes")] = "vllmdiag",
     ship: Annotated[bool, _opt("--ship", help="copy a self-contained collector and run it with vLLM's Python")] = False,
+    ship_py_spy: Annotated[bool, _opt("--ship-py-spy/--no-ship-py-spy", help="with --ship: bundle py-spy too")] = True,
     timeout: Annotated[float, _opt("--timeout", help="per-node deadline in seconds (connect + collect)")] = 20.0,
     connect_timeout: Annotated[float, _opt("--connect-timeout", help="ssh connect timeout in seconds")] = 5.0,
     sweep_timeout: Annotated[float | None, _opt("--sweep-timeout", help="whole-sweep deadline in seconds")] = None,
@@ -43,6 +44,10 @@ def sweep_command(
     json_out: Annotated[bool, _opt("--json", help="print the fleet JSON contract")] = False,
     save: Annotated[Path | None, _opt("--save", help="write one snapshot JSON per node into this directory")] = None,
     report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
+    gate: Annotated[bool, _opt("--gate", help="run the pre-rollout gate on every node instead of triage")] = False,
+    gate_config: Annotated[Path | None, _opt("--gate-config", help="gate YAML (see `vllmdiag gate --default-config`)")] = None,
+    tp: Annotated[int | None, _opt("--tp", help="with --gate: planned tensor-parallel size per node")] = None,
+    junit: Annotated[Path | None, _opt("--junit", help="with --gate: write JUnit XML here")] = None,
 ) -> int:
     """Diagnose every node of a fleet at once: one verdict, nodes folded into classes, sick nodes listed."""
     from vllmdiag.fleet.api import save as save_dir
@@ -59,14 +64,18 @@ def sweep_command(
         raise UsageError("--fanout must be between 1 and 4096")
     inv = load_inventory(inventory) if inventory else None
     names = resolve_nodes([nodeset or "", *(nodes or [])], hostfile, inv)
-    transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, connect_timeout_s=connect_timeout,
-                          strict_host_key_checking=strict, probes=tuple(probe or ()))
+    transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
+                          connect_timeout_s=connect_timeout, strict_host_key_checking=strict, probes=tuple(probe or ()))
     plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=timeout, fanout=fanout,
                      sweep_timeout_s=sweep_timeout)
+    if gate:
+        return _gate(plan, gate_config, tp, junit, json_out)
+    if junit is not None or gate_config is not None or tp is not None:
+        raise UsageError("--junit, --gate-config and --tp need --gate")
     if json_out:
         result = sweep(plan, confirm=confirm)
     else:
-        result = _with_progress(plan, sweep, confirm)
+        result = _with_progress(plan, lambda p, progress: sweep(p, progress, confirm))
     if save is not None:
         save_dir(result, save)
     if report is not None:
@@ -80,7 +89,30 @@ def sweep_command(
     return int(result.exit_code)
 
 
-def _with_progress(plan: Any, sweep: Any, confirm: bool) -> Any:
+def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool) -> int:
+    import json
+
+    from vllmdiag.fleet.gate import gate_payload, render_gate, sweep_gate
+
+    if json_out:
+        result, outcomes = sweep_gate(plan, config, tp)
+    else:
+        result, outcomes = _with_progress(plan, lambda p, progress: sweep_gate(p, config, tp, progress))
+    if junit is not None:
+        from vllmdiag.gate.junit import fleet_junit
+
+        try:
+            junit.write_text(fleet_junit(result), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--junit {junit}: cannot write: {exc.strerror or exc}") from None
+    if json_out:
+        sys.stdout.write(json.dumps(gate_payload(result, outcomes), indent=2, default=str) + "\n")
+    else:
+        render_gate(result)
+    return int(result.exit_code)
+
+
+def _with_progress(plan: Any, run: Any) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -94,4 +126,4 @@ def _with_progress(plan: Any, sweep: Any, confirm: bool) -> Any:
             bad["n"] += outcome.status != "ok"
             bar.update(task, advance=1, description=f"{bad['n']} not answering" if bad["n"] else "")
 
-        return sweep(plan, progress=done, confirm=confirm)
+        return run(plan, done)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import zipfile
 from pathlib import Path
 
@@ -15,13 +16,41 @@ from pathlib import Path
 _SKIP_DIRS = ("render", "fleet", "sim", "gate")
 _SKIP_FILES = ("cli.py", "__main__.py")
 MAIN = (
-    "import sys\n"
+    "import os, platform, sys, zipfile\n"
     "if sys.version_info < (3, 10):\n"
     "    sys.stderr.write('vllmdiag collect: needs Python >= 3.10, this is %s\\n' % sys.version.split()[0])\n"
     "    raise SystemExit(2)\n"
+    "def _py_spy():\n"
+    "    # A bundled py-spy goes next to the bundle (the ship snippet's temp dir, removed after the run) and\n"
+    "    # on PATH after the node's own: only when built for this machine's architecture.\n"
+    "    here = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
+    "    with zipfile.ZipFile(sys.argv[0]) as zf:\n"
+    "        names = set(zf.namelist())\n"
+    "        if 'bin/py-spy' not in names or zf.read('bin/py-spy.machine').decode() != platform.machine():\n"
+    "            return\n"
+    "        path = os.path.join(here, 'bin', 'py-spy')\n"
+    "        os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+    "        with open(path, 'wb') as fh:\n"
+    "            fh.write(zf.read('bin/py-spy'))\n"
+    "    os.chmod(path, 0o755)\n"
+    "    os.environ['PATH'] = os.environ.get('PATH', '/usr/bin:/bin') + os.pathsep + os.path.dirname(path)\n"
+    "if os.environ.get('VLLMDIAG_SHIPPED') == '1':\n"
+    "    _py_spy()\n"
     "from vllmdiag.collect_cli import main\n"
     "raise SystemExit(main(sys.argv[1:]))\n"
 )
+
+
+def local_py_spy() -> Path | None:
+    """The py-spy binary this machine runs (next to our Python first: a pyenv shim is not the binary)."""
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("py-spy")
+    return Path(found) if found else None
 
 
 def _package_dirs() -> tuple[Path, Path]:
@@ -31,9 +60,10 @@ def _package_dirs() -> tuple[Path, Path]:
     return Path(vllmdiag.__file__).parent, Path(next(iter(vllmdiag.probes.__path__)))
 
 
-@functools.lru_cache(maxsize=1)
-def build_zipapp() -> bytes:
-    """The zipapp as bytes (built once per process; deterministic, so identical on every sweep)."""
+@functools.lru_cache(maxsize=2)
+def build_zipapp(with_py_spy: bool = False) -> bytes:
+    """The zipapp as bytes (built once per process; deterministic, so identical on every sweep).
+    ``with_py_spy`` bundles this machine's py-spy (about 3 MB compressed) for nodes that lack one."""
     root, probes = _package_dirs()
     files: dict[str, Path] = {}
     for path in sorted(root.rglob("*.py")):
@@ -51,15 +81,21 @@ def build_zipapp() -> bytes:
         _add(zf, "__main__.py", MAIN.encode())
         for name, path in sorted(files.items()):
             _add(zf, name, path.read_bytes())
+        py_spy = local_py_spy() if with_py_spy else None
+        if py_spy is not None:
+            import platform
+
+            _add(zf, "bin/py-spy", py_spy.read_bytes(), level=1)  # 8 MB: the fast level saves a second per sweep
+            _add(zf, "bin/py-spy.machine", platform.machine().encode())
     # A zipapp is a zip with a shebang line; the remote side names the interpreter explicitly anyway.
     return b"#!/usr/bin/env python3\n" + buf.getvalue()
 
 
-def _add(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
+def _add(zf: zipfile.ZipFile, name: str, data: bytes, level: int = 6) -> None:
     info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
     info.compress_type = zipfile.ZIP_DEFLATED
     info.external_attr = 0o644 << 16
-    zf.writestr(info, data)
+    zf.writestr(info, data, compresslevel=level)
 
 
 def write_zipapp(path: Path) -> Path:

@@ -112,7 +112,7 @@ def run_sweep(plan: SweepPlan, progress: Progress | None = None) -> list[NodeOut
     worker = _argv_worker(argvs, handler, plan.timeout_s)
     task.schedule(worker)
     if plan.transport.ship:
-        worker.write(build_zipapp())
+        worker.write(build_zipapp(plan.transport.ship_py_spy))
     worker.set_write_eof()
     start = time.monotonic()
     # The whole-sweep deadline is an engine timer: it aborts the task from inside its own loop, which

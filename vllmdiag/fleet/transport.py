@@ -26,7 +26,7 @@ for f in /proc/[0-9]*/cmdline; do
   esac
 done
 [ -n "$py" ] || py=python3
-"$py" "$d/collect.pyz" "$@"
+VLLMDIAG_SHIPPED=1 "$py" "$d/collect.pyz" "$@"
 """
 
 
@@ -35,6 +35,7 @@ class Transport:
     exec_template: str | None = None
     remote_cmd: str = "vllmdiag"
     ship: bool = False
+    ship_py_spy: bool = True  # with --ship: bundle this machine's py-spy (used where the node has none)
     connect_timeout_s: float = 5.0
     strict_host_key_checking: str | None = None
     ssh_path: str = "ssh"
