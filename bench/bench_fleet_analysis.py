@@ -15,6 +15,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -79,7 +80,7 @@ def main() -> int:
     base = base_snapshot()
     source = "simulated vLLM node, all probes" if "stacks" in base.probes else "fake tree, process/host/socket/shm probes"
     print(f"base snapshot: {source}; {len(json.dumps(base.to_dict())) >> 10} KiB per node")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for nodes in (48, 96, 240, 480):
         snaps = fleet(base, nodes)
         times = []
@@ -100,9 +101,9 @@ def main() -> int:
     print(f"{'GPUs':>6} {'nodes':>6} {'median s':>9} {'ms/node':>8} {'budget s':>9} {'of budget':>10} "
           f"{'node engine s':>14} {'fleet layer s':>14}")
     for r in rows:
-        budget = f"{r['budget_s']:.1f}" if r["budget_s"] else "-"
+        shown = f"{r['budget_s']:.1f}" if r["budget_s"] else "-"
         ratio = f"{r['budget_ratio']:.2f}x" if r["budget_ratio"] is not None else "-"
-        print(f"{r['gpus']:>6} {r['nodes']:>6} {r['median_s']:>9.3f} {r['per_node_ms']:>8.2f} {budget:>9} {ratio:>10} "
+        print(f"{r['gpus']:>6} {r['nodes']:>6} {r['median_s']:>9.3f} {r['per_node_ms']:>8.2f} {shown:>9} {ratio:>10} "
               f"{r['engine_s']:>14.3f} {r['fleet_layer_s']:>14.3f}")
     linear = rows[-1]["per_node_ms"] / rows[0]["per_node_ms"]
     print(f"linearity: per-node cost at 480 nodes is {linear:.2f}x the cost at 48 nodes (1.0 = linear)")

@@ -132,3 +132,14 @@ def test_views_render_folded_classes(base: Snapshot) -> None:
     page = fleet_html(report)
     assert "gpu[00-11,13-47]" in page and "<script" not in page
     assert any("gpu48 | unreachable" in line for line in fleet_markdown(report))
+
+
+def test_nodes_without_vllm(base: Snapshot) -> None:
+    empty = [node(base, f"cpu{i}") for i in range(3)]
+    for snap in empty:
+        snap.data("processes")["processes"] = []
+    only_empty = analyze_fleet(empty)
+    assert only_empty.verdict.status == "no-deployment" and FleetResult(report=only_empty).exit_code == 3
+    assert only_empty.verdict.summary == "No vLLM deployment found on cpu[0-2]."
+    mixed = analyze_fleet(empty + fleet_of(base, 2))
+    assert mixed.verdict.status == "healthy", mixed.verdict.summary  # a spare node is not a fault

@@ -72,9 +72,10 @@ def fold_classes(views: list[NodeView]) -> list[dict[str, Any]]:
         first = members[0]
         status = first.verdict.status if first.answered else first.outcome.status
         nodes = str(NodeSet.fromlist([m.name for m in members]))
-        text = f"{nodes}: {first.verdict.summary}" if first.answered else f"{nodes} {status}: {first.verdict.summary}"
+        summary = "No vLLM deployment found." if status == "no-deployment" else first.verdict.summary
+        text = f"{nodes}: {summary}" if first.answered else f"{nodes} {status}: {summary}"
         classes.append({"nodes": nodes, "count": len(members), "status": status, "layer": first.verdict.layer,
-                        "summary": first.verdict.summary, "text": text, "gpus": first.gpus, "rank": first.rank})
+                        "summary": summary, "text": text, "gpus": first.gpus, "rank": first.rank})
     classes.sort(key=lambda c: (-int(c["rank"]), -int(c["count"]), str(c["nodes"])))
     for c in classes:
         del c["rank"]
@@ -86,10 +87,11 @@ def fleet_verdict(views: list[NodeView], classes: list[dict[str, Any]]) -> Verdi
         return Verdict(status="no-deployment", summary="No node to analyse.")
     counted = [v for v in views if v.verdict.status != "no-deployment"] or views
     worst = max(counted, key=lambda v: v.rank)
-    lines = [c["text"] if c["status"] != "healthy" else f"{c['nodes']} healthy" for c in classes]
+    lines = [c["text"] if c["status"] not in ("healthy", "no-deployment") else f"{c['nodes']} {c['status']}" for c in classes]
     if worst.verdict.status in ("healthy", "no-deployment"):
         status = worst.verdict.status
-        summary = (f"All {len(views)} nodes healthy." if status == "healthy" else worst.verdict.summary)
+        empty = [v.name for v in views if v.verdict.status == "no-deployment"]
+        summary = f"All {len(views)} nodes healthy." if status == "healthy" else f"No vLLM deployment found on {_fold(empty)}."
         if len(classes) > 1:
             summary += " " + "; ".join(lines)
         return Verdict(status=status, summary=summary, evidence=lines)
@@ -118,6 +120,12 @@ def _culprits(views: list[NodeView]) -> list[Culprit]:
         else:
             out += v.verdict.culprits
     return out
+
+
+def _fold(names: list[str]) -> str:
+    from ClusterShell.NodeSet import NodeSet
+
+    return str(NodeSet.fromlist(names))
 
 
 def _names(nodeset: str) -> set[str]:
