@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from vllmdiag.cli_errors import UsageError
-from vllmdiag.fleet.nodes import parse_inventory, resolve_nodes
+from vllmdiag.fleet.inventory import parse_inventory
+from vllmdiag.fleet.nodes import resolve_nodes
 from vllmdiag.fleet.outcome import classify
 from vllmdiag.fleet.transport import SHIP_SNIPPET, Transport, node_argv
 

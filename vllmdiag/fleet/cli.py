@@ -52,7 +52,8 @@ def sweep_command(
     """Diagnose every node of a fleet at once: one verdict, nodes folded into classes, sick nodes listed."""
     from vllmdiag.fleet.api import save as save_dir
     from vllmdiag.fleet.api import sweep
-    from vllmdiag.fleet.nodes import load_inventory, resolve_nodes
+    from vllmdiag.fleet.inventory import load_inventory
+    from vllmdiag.fleet.nodes import resolve_nodes
     from vllmdiag.fleet.sweep import SweepPlan
     from vllmdiag.fleet.transport import Transport
 

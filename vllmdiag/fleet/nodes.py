@@ -1,4 +1,4 @@
-"""Which nodes a sweep talks to, and how: node sets, host files, the inventory YAML (pure parsing).
+"""Which nodes a sweep talks to: node sets (ClusterShell syntax, inventory groups) and host files (pure).
 
 Node names end up in argv lists (``ssh NODE``, ``kubectl exec NODE --``) and in the remote
 command line that ssh hands to the remote shell, so every name is checked against a strict
@@ -8,42 +8,18 @@ pattern before anything runs: a hostile name is rejected, never quoted and hoped
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vllmdiag.cli_errors import UsageError
+
+if TYPE_CHECKING:
+    from vllmdiag.fleet.inventory import Inventory
 
 MAX_NODES = 100_000
 # Host names, FQDNs, IPv4, pod names, slurm names. No shell metacharacters, no spaces, no leading '-'
 # (ssh and kubectl would read it as an option), no '/' (it becomes a file name under --save).
 NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+-]{0,252}")
-_OPTION = re.compile(r"-o[A-Za-z]+=[^\s]{1,512}")
-_CONN_KEYS = ("address", "user", "port", "identity_file", "known_hosts_file", "strict_host_key_checking", "ssh_options")
-STRICT_VALUES = ("yes", "no", "accept-new")
-
-
-@dataclass(frozen=True)
-class NodeConn:
-    """How to reach one node over ssh; every field optional (ssh's own config decides the rest)."""
-
-    address: str | None = None
-    user: str | None = None
-    port: int | None = None
-    identity_file: str | None = None
-    known_hosts_file: str | None = None
-    strict_host_key_checking: str | None = None
-    ssh_options: tuple[str, ...] = ()
-
-
-@dataclass
-class Inventory:
-    groups: dict[str, str] = field(default_factory=dict)
-    defaults: NodeConn = field(default_factory=NodeConn)
-    nodes: dict[str, NodeConn] = field(default_factory=dict)  # per node (patterns already expanded)
-
-    def conn(self, node: str) -> NodeConn:
-        return self.nodes.get(node, self.defaults)
 
 
 def check_name(name: str) -> str:
@@ -103,85 +79,3 @@ def _read_hostfile(path: Path) -> list[str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--hostfile {path}: cannot read ({exc})") from None
     return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
-
-
-def load_inventory(path: Path) -> Inventory:
-    import yaml
-
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--inventory {path}: cannot read ({exc})") from None
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--inventory {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return parse_inventory(raw, str(path))
-
-
-def parse_inventory(raw: Any, where: str) -> Inventory:
-    """``{defaults: {...}, groups: {name: nodeset}, nodes: {nodeset: {...}}}``; unknown keys are errors."""
-    from ClusterShell.NodeSet import NodeSet, NodeSetException
-
-    obj = _mapping(raw, where)
-    _no_extra(obj, ("defaults", "groups", "nodes"), where)
-    defaults = _conn(_mapping(obj.get("defaults") or {}, f"{where}: defaults"), NodeConn(), f"{where}: defaults")
-    groups = {}
-    for name, nodes in _mapping(obj.get("groups") or {}, f"{where}: groups").items():
-        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(name)) or not isinstance(nodes, str):
-            raise UsageError(f"{where}: group {name!r} must be a name mapped to a node set string")
-        if estimate_size(nodes) > MAX_NODES:
-            raise UsageError(f"{where}: group {name!r} is larger than {MAX_NODES} nodes")
-        groups[str(name)] = nodes
-    inv = Inventory(groups=groups, defaults=defaults)
-    for pattern, opts in _mapping(obj.get("nodes") or {}, f"{where}: nodes").items():
-        if estimate_size(str(pattern)) > MAX_NODES:
-            raise UsageError(f"{where}: nodes: {pattern!r} is larger than {MAX_NODES} nodes")
-        try:
-            names = list(NodeSet(str(pattern)))
-        except NodeSetException as exc:
-            raise UsageError(f"{where}: nodes: invalid node set {pattern!r}: {exc}") from None
-        for name in names:
-            base = inv.nodes.get(check_name(name), defaults)
-            inv.nodes[name] = _conn(_mapping(opts or {}, f"{where}: {name}"), base, f"{where}: {name}")
-    return inv
-
-
-def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
-    _no_extra(obj, _CONN_KEYS, where)
-    out = base
-    for key in ("address", "user", "identity_file", "known_hosts_file"):
-        if key in obj:
-            value = str(obj[key])
-            if key in ("address", "user") and not NODE_NAME.fullmatch(value):
-                raise UsageError(f"{where}: {key} {value!r} is not a valid host or user name")
-            if key not in ("address", "user") and (not value or value.startswith("-") or "\n" in value):
-                raise UsageError(f"{where}: {key} {value!r} is not a valid path")
-            out = replace(out, **{key: value})  # type: ignore[arg-type]
-    if "port" in obj:
-        port = obj["port"]
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-            raise UsageError(f"{where}: port must be an integer 1-65535")
-        out = replace(out, port=port)
-    if "strict_host_key_checking" in obj:
-        value = obj["strict_host_key_checking"]
-        value = {True: "yes", False: "no"}.get(value, value)
-        if value not in STRICT_VALUES:
-            raise UsageError(f"{where}: strict_host_key_checking must be one of {', '.join(STRICT_VALUES)}")
-        out = replace(out, strict_host_key_checking=value)
-    if "ssh_options" in obj:
-        opts = obj["ssh_options"]
-        if not isinstance(opts, list) or not all(isinstance(o, str) and _OPTION.fullmatch(o) for o in opts):
-            raise UsageError(f"{where}: ssh_options must be a list of -oKey=Value strings")
-        out = replace(out, ssh_options=tuple(opts))
-    return out
-
-
-def _mapping(raw: Any, where: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise UsageError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    return raw
-
-
-def _no_extra(obj: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
-    extra = sorted(str(k) for k in obj if k not in allowed)
-    if extra:
-        raise UsageError(f"{where}: unknown key {extra[0]!r} (allowed: {', '.join(allowed)})")

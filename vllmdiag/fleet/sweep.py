@@ -10,8 +10,6 @@ running is killed and reported as ``timeout``, so a sick fleet cannot hold the s
 from __future__ import annotations
 
 import math
-import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +17,8 @@ from typing import Any
 
 from ClusterShell.Event import EventHandler
 
-from vllmdiag.fleet.nodes import Inventory
+from vllmdiag.fleet.clients import Deadline, argv_worker
+from vllmdiag.fleet.inventory import Inventory
 from vllmdiag.fleet.outcome import NodeOutcome, classify
 from vllmdiag.fleet.transport import Transport, node_argv
 
@@ -109,7 +108,7 @@ def run_sweep(plan: SweepPlan, progress: Progress | None = None) -> list[NodeOut
     task.set_info("fanout", max(1, plan.fanout))
     task.set_default("stdout_msgtree", False)  # we keep output ourselves, capped per node
     task.set_default("stderr_msgtree", False)
-    worker = _argv_worker(argvs, handler, plan.timeout_s)
+    worker = argv_worker(argvs, handler, plan.timeout_s)
     task.schedule(worker)
     if plan.transport.ship:
         worker.write(build_zipapp(plan.transport.ship_py_spy))
@@ -117,7 +116,7 @@ def run_sweep(plan: SweepPlan, progress: Progress | None = None) -> list[NodeOut
     start = time.monotonic()
     # The whole-sweep deadline is an engine timer: it aborts the task from inside its own loop, which
     # kills every client still running (ClusterShell's resume(timeout) leaves the task unusable after).
-    task.timer(plan.deadline_s, handler=_Deadline(task), autoclose=True)
+    task.timer(plan.deadline_s, handler=Deadline(task), autoclose=True)
     task.resume()
     elapsed = time.monotonic() - start
     for node in plan.nodes:
@@ -127,49 +126,3 @@ def run_sweep(plan: SweepPlan, progress: Progress | None = None) -> list[NodeOut
             handler._finish(node, rc=None, timed_out=True,
                             reason=f"sweep deadline ({plan.deadline_s:.0f}s) reached before it answered")
     return [handler.done[n] for n in plan.nodes]
-
-
-class _Deadline(EventHandler):
-    def __init__(self, task: Any) -> None:
-        super().__init__()
-        self.task = task
-
-    def ev_timer(self, timer: Any) -> None:
-        self.task.abort()
-
-
-def _argv_worker(argvs: dict[str, list[str]], handler: _Handler, timeout_s: float) -> Any:
-    from ClusterShell.NodeSet import NodeSet
-    from ClusterShell.Worker.Exec import ExecClient, ExecWorker
-
-    class ArgvClient(ExecClient):
-        def _build_cmd(self) -> tuple[list[str], None]:
-            # A list (not a string) makes ClusterShell start it without a shell.
-            return argvs[str(self.key)], None
-
-        def _exec_nonblock(self, commandlist: list[str], shell: bool = False, env: Any = None) -> Any:
-            # ClusterShell kills only the direct child on timeout; an exec template's wrapper (a shell
-            # script around kubectl) would leave its children running. Own session -> kill the group.
-            from ClusterShell.Worker import fastsubprocess as fsp
-            from ClusterShell.Worker.EngineClient import E_READ, E_WRITE
-
-            proc = fsp.Popen(commandlist, bufsize=0, stdin=fsp.PIPE, stdout=fsp.PIPE, stderr=fsp.PIPE,
-                             shell=False, preexec_fn=os.setsid)
-            self.streams.set_stream(self.worker.SNAME_STDERR, proc.stderr, E_READ)
-            self.streams.set_stream(self.worker.SNAME_STDOUT, proc.stdout, E_READ)
-            self.streams.set_stream(self.worker.SNAME_STDIN, proc.stdin, E_WRITE, retain=False)
-            return proc
-
-        def _close(self, abort: bool, timeout: bool) -> None:
-            if abort and self.popen is not None and self.popen.poll() is None:
-                try:
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            super()._close(abort, timeout)
-
-    class ArgvWorker(ExecWorker):
-        SHELL_CLASS = ArgvClient
-
-    return ArgvWorker(NodeSet.fromlist(list(argvs)), handler=handler, timeout=timeout_s, command="vllmdiag",
-                      stderr=True)

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from vllmdiag.cli_errors import UsageError
-from vllmdiag.fleet.nodes import STRICT_VALUES, Inventory, NodeConn
+from vllmdiag.fleet.inventory import STRICT_VALUES, Inventory, NodeConn
 
 SHIP_ARGV0 = "vllmdiag-ship"
 # Runs the shipped collector (read from stdin) with the Python of a running vLLM process, so nothing
