@@ -143,3 +143,10 @@ def test_nodes_without_vllm(base: Snapshot) -> None:
     assert only_empty.verdict.summary == "No vLLM deployment found on cpu[0-2]."
     mixed = analyze_fleet(empty + fleet_of(base, 2))
     assert mixed.verdict.status == "healthy", mixed.verdict.summary  # a spare node is not a fault
+
+
+def test_untrusted_node_names_from_saved_snapshots(base: Snapshot) -> None:
+    names = ["a,b", "x[1-2]", "@g", "<script>", "n1"]
+    report = analyze_fleet([node(base, n, stopped=1 if n == "@g" else None) for n in names])
+    assert report.verdict.culprits[0].node == "@g"
+    assert "&lt;script&gt;" in fleet_html(report) and "<script>" not in fleet_html(report)

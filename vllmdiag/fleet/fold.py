@@ -61,9 +61,19 @@ def gpu_cells(reports: list[DeploymentReport], verdict: Verdict, answered: bool)
     return "".join(cells)
 
 
-def fold_classes(views: list[NodeView]) -> list[dict[str, Any]]:
+def fold_names(names: list[str]) -> str:
+    """``gpu[00-11,13-47]``. Names from saved snapshots are untrusted: ones that are not plain node
+    names (``a,b``, ``x[1-2]``, ``@g`` would be parsed as node-set syntax) are listed as they are."""
     from ClusterShell.NodeSet import NodeSet
 
+    from vllmdiag.fleet.nodes import NODE_NAME
+
+    if all(NODE_NAME.fullmatch(n) for n in names):
+        return str(NodeSet.fromlist(names))
+    return ",".join(sorted(names))
+
+
+def fold_classes(views: list[NodeView]) -> list[dict[str, Any]]:
     by_sig: dict[tuple[Any, ...], list[NodeView]] = {}
     for v in views:
         by_sig.setdefault(v.signature(), []).append(v)
@@ -71,7 +81,7 @@ def fold_classes(views: list[NodeView]) -> list[dict[str, Any]]:
     for members in by_sig.values():
         first = members[0]
         status = first.verdict.status if first.answered else first.outcome.status
-        nodes = str(NodeSet.fromlist([m.name for m in members]))
+        nodes = fold_names([m.name for m in members])
         summary = "No vLLM deployment found." if status == "no-deployment" else first.verdict.summary
         text = f"{nodes}: {summary}" if first.answered else f"{nodes} {status}: {summary}"
         classes.append({"nodes": nodes, "count": len(members), "status": status, "layer": first.verdict.layer,
@@ -90,8 +100,8 @@ def fleet_verdict(views: list[NodeView], classes: list[dict[str, Any]]) -> Verdi
     lines = [c["text"] if c["status"] not in ("healthy", "no-deployment") else f"{c['nodes']} {c['status']}" for c in classes]
     if worst.verdict.status in ("healthy", "no-deployment"):
         status = worst.verdict.status
-        empty = [v.name for v in views if v.verdict.status == "no-deployment"]
-        summary = f"All {len(views)} nodes healthy." if status == "healthy" else f"No vLLM deployment found on {_fold(empty)}."
+        empty = fold_names([v.name for v in views if v.verdict.status == "no-deployment"])
+        summary = f"All {len(views)} nodes healthy." if status == "healthy" else f"No vLLM deployment found on {empty}."
         if len(classes) > 1:
             summary += " " + "; ".join(lines)
         return Verdict(status=status, summary=summary, evidence=lines)
@@ -100,7 +110,8 @@ def fleet_verdict(views: list[NodeView], classes: list[dict[str, Any]]) -> Verdi
     else:  # the fleet is inconclusive because nodes did not answer: all of them are the culprits
         same = [v for v in counted if not v.answered]
     culprits = _culprits(same)[:MAX_CULPRITS]
-    head = next(c for c in classes if worst.name in _names(c["nodes"]))
+    head_nodes = fold_names([v.name for v in views if v.signature() == worst.signature()])
+    head = next(c for c in classes if c["nodes"] == head_nodes)
     others = [c for c in classes if c is not head]
     summary = head["text"]
     if others:
@@ -120,15 +131,3 @@ def _culprits(views: list[NodeView]) -> list[Culprit]:
         else:
             out += v.verdict.culprits
     return out
-
-
-def _fold(names: list[str]) -> str:
-    from ClusterShell.NodeSet import NodeSet
-
-    return str(NodeSet.fromlist(names))
-
-
-def _names(nodeset: str) -> set[str]:
-    from ClusterShell.NodeSet import NodeSet
-
-    return set(NodeSet(nodeset))

@@ -18,7 +18,7 @@ MAX_ROWS = 40
 
 def grid_rows(report: Report) -> list[dict[str, Any]]:
     """Nodes with the same status and the same GPU picture, folded; worst first."""
-    from ClusterShell.NodeSet import NodeSet
+    from vllmdiag.fleet.fold import fold_names
 
     rows: dict[tuple[str, str, str], list[str]] = {}
     for n in report.extra.get("nodes", []):
@@ -27,7 +27,7 @@ def grid_rows(report: Report) -> list[dict[str, Any]]:
         rows.setdefault((state, n.get("gpus") or "", reason), []).append(n["name"])
     order = ["blocked", "degraded", "unreachable", "timeout", "error", "inconclusive", "no-deployment", "healthy"]
     out: list[dict[str, Any]] = [
-        {"nodes": str(NodeSet.fromlist(names)), "count": len(names), "state": state, "gpus": gpus, "reason": reason}
+        {"nodes": fold_names(names), "count": len(names), "state": state, "gpus": gpus, "reason": reason}
         for (state, gpus, reason), names in rows.items()]
     out.sort(key=lambda r: (order.index(r["state"]) if r["state"] in order else 0, -int(r["count"])))
     return out
