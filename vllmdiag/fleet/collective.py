@@ -16,8 +16,8 @@ from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.fleet.groups import RankGroup
 from vllmdiag.model import Finding, Snapshot
 
-CODES = ("fleet.rank_straggler", "fleet.collective_mismatch", "fleet.rank_missing_stack")
-_CODE = {"straggler": "fleet.rank_straggler", "mismatch": "fleet.collective_mismatch", "missing": "fleet.rank_missing_stack"}
+CODES = ("fleet.rank_straggler", "fleet.collective_mismatch")
+_CODE = {"straggler": "fleet.rank_straggler", "mismatch": "fleet.collective_mismatch"}
 
 
 def compare_across_nodes(group: RankGroup, snapshots: dict[str, Snapshot]) -> list[Finding]:

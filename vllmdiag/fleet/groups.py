@@ -17,7 +17,7 @@ from typing import Any
 from vllmdiag.analysis.deployments import Deployment
 from vllmdiag.model import Culprit, Finding
 
-CODES = ("fleet.rank_missing", "fleet.ranks_unseen", "fleet.group_split")
+CODES = ("fleet.rank_missing", "fleet.ranks_unseen")
 _ADDR_FLAGS = (("--master-addr", "--master-port"), ("--data-parallel-address", "--data-parallel-rpc-port"))
 
 
