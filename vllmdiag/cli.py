@@ -62,6 +62,9 @@ def _guard(fn: Callable[[], Any]) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:
+        if type(exc).__name__ in ("PlaybookError", "StackRulesError"):
+            # A bad rules or playbook file (VLLMDIAG_STACK_RULES points at the user's) is bad input.
+            return _fail(str(exc), EXIT_USAGE)
         ex = _click_exceptions()
         if isinstance(exc, tuple(m.Exit for m in ex if hasattr(m, "Exit"))):
             return int(getattr(exc, "exit_code", 0))

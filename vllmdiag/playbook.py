@@ -36,7 +36,10 @@ def load_playbooks() -> dict[str, dict[str, Any]]:
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".yaml") or entry.name.startswith("stack"):
             continue
-        data = yaml.safe_load(entry.read_text(encoding="utf-8")) or {}
+        try:
+            data = yaml.safe_load(entry.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise PlaybookError(f"{entry.name}: not valid YAML: {str(exc).splitlines()[0]}") from None
         if not isinstance(data, dict):
             raise PlaybookError(f"{entry.name}: top level must be a mapping of finding codes")
         for code, body in data.items():

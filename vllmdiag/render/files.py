@@ -32,6 +32,9 @@ def to_markdown(report: Report) -> str:
         lines += ["## Evidence", ""] + [f"- {_md(e)}" for e in v.evidence] + [""]
     if v.next_steps:
         lines += ["## Next read-only steps", "", "```"] + list(v.next_steps) + ["```", ""]
+    from vllmdiag.fleet.html import fleet_markdown
+
+    lines += fleet_markdown(report)
     for dep in report.deployments:
         d = dep.to_dict()
         lines += [f"## Deployment {_md(d['id'])}: {d['verdict']['status']}", "", "| pid | ppid | role | rank | state | title |",
@@ -65,6 +68,9 @@ def to_html(report: Report) -> str:
         parts.append("<h2>Evidence</h2><ul>" + "".join(f"<li>{_h(e)}</li>" for e in v.evidence) + "</ul>")
     if v.next_steps:
         parts.append("<h2>Next read-only steps</h2><pre>" + _h("\n".join(v.next_steps)) + "</pre>")
+    from vllmdiag.fleet.html import fleet_html
+
+    parts.append(fleet_html(report))
     for dep in report.deployments:
         d = dep.to_dict()
         parts.append(_table(["pid", "ppid", "role", "rank", "state", "title"],
