@@ -17,7 +17,7 @@ ROOT_ROLES = ("api_server", "engine_core", "dp_coordinator")
 ROLE_ORDER = {"api_server": 0, "api_server_child": 1, "dp_coordinator": 2, "engine_core": 3, "worker": 4,
               "worker_starting": 5, "resource_tracker": 8}
 _SIZE_FLAGS = {"tp": ("--tensor-parallel-size", "-tp"), "pp": ("--pipeline-parallel-size", "-pp"),
-               "dp": ("--data-parallel-size", "-dp")}
+               "dp": ("--data-parallel-size", "-dp"), "nnodes": ("--nnodes",), "node_rank": ("--node-rank",)}
 
 
 @dataclass
@@ -26,8 +26,10 @@ class Deployment:
     node: str
     root_pid: int
     processes: list[dict[str, Any]] = field(default_factory=list)
-    # Parallel sizes from the API server's command line, when it states them.
+    # Parallel sizes from the API server's command line, when it states them (tp, pp, dp, nnodes,
+    # node_rank).
     configured: dict[str, int] = field(default_factory=dict)
+    headless: bool = False  # `vllm serve --headless`: a node of a multi-node group without a frontend
 
     def by_pid(self, pid: int) -> dict[str, Any] | None:
         return next((p for p in self.processes if p["pid"] == pid), None)
@@ -104,7 +106,8 @@ def find_deployments(snapshot: Snapshot) -> list[Deployment]:
     for pid, root in owner.items():
         if root not in roots:
             roots[root] = Deployment(id=f"{snapshot.node}:{root}", node=snapshot.node, root_pid=root,
-                                     configured=_configured(by_pid[root]))
+                                     configured=_configured(by_pid[root]),
+                                     headless="--headless" in by_pid[root].get("cmdline", []))
         roots[root].processes.append(by_pid[pid])
     for dep in roots.values():
         dep.processes.sort(key=lambda p: (ROLE_ORDER.get(role_of(p), 7), _rank_key(p), p["pid"]))

@@ -32,6 +32,8 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     ep = snapshot.data("endpoints") if seen and snapshot.status("endpoints") == "ok" else {}
     out: list[Finding] = []
     for dep in deployments:
+        if dep.headless:
+            continue  # `vllm serve --headless`: engines and workers only, no frontend endpoints or HTTP port
         view = _View(snapshot, dep, ep)
         if ep:
             gone = _frontend(view)

@@ -99,7 +99,7 @@ def _missing_ranks(snap: Snapshot, dep: Deployment) -> list[Finding]:
     tp = dep.configured.get("tp")
     for key, present in sorted(groups.items()):
         size = max(tp or 0, max(present) + 1)
-        missing = [r for r in range(size) if r not in present]
+        missing = [r for r in _local_ranks(dep, size, present) if r not in present]
         if not missing:
             continue
         culprits = []
@@ -113,6 +113,20 @@ def _missing_ranks(snap: Snapshot, dep: Deployment) -> list[Finding]:
                            [c.pid for c in culprits if c.pid], {"missing_tp_ranks": missing, "tp_size": size,
                                                                 "present": sorted(present)}, culprits))
     return out
+
+
+def _local_ranks(dep: Deployment, size: int, present: dict[int, dict[str, Any]]) -> range:
+    """The TP ranks this node should run. A group spanning --nnodes N runs size/N ranks per node
+    (node R: the R-th slice); without --node-rank only gaps between the ranks seen count here (the
+    fleet analysis checks the whole group across nodes)."""
+    nnodes = dep.configured.get("nnodes", 1)
+    if nnodes <= 1:
+        return range(size)
+    node_rank = dep.configured.get("node_rank")
+    per_node = max(1, size // nnodes)
+    if node_rank is not None and size % nnodes == 0 and 0 <= node_rank < nnodes:
+        return range(node_rank * per_node, (node_rank + 1) * per_node)
+    return range(min(present), max(present) + 1)
 
 
 def _fd_pressure(snap: Snapshot, dep: Deployment) -> list[Finding]:
