@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,8 @@ def reliability() -> ReliabilityCounter:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     _print_matrix(terminalreporter)
+    if _LEFTOVERS:
+        terminalreporter.write_line("cleanup: tests left behind (now removed): " + ", ".join(_LEFTOVERS[:20]))
     c = _COUNTER
     if c.cases:
         terminalreporter.write_line(
@@ -82,3 +85,72 @@ def _print_matrix(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(f"  {'fault':22}" + "".join(f"{'TP=' + str(tp):28}" for tp in tps))
     for fault, row in _MATRIX.rows.items():
         terminalreporter.write_line(f"  {fault:22}" + "".join(f"{row.get(tp, '-'):28}" for tp in tps))
+
+
+# ---- the last line of clean-up: nothing a test started survives the session ------------------------
+_LEFTOVERS: list[str] = []
+
+
+def _sim_processes(marker: str) -> list[int]:
+    """Processes started by the simulator for this session (their environment names our state dirs)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if marker.encode() in env:
+            out.append(int(name))
+    return out
+
+
+def _psm_segments() -> set[str]:
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+    except OSError:
+        return set()
+
+
+def _mapped_shm() -> set[str]:
+    names: set[str] = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/maps") as fh:
+                    names.update(line.rsplit("/", 1)[1].split()[0] for line in fh if "/dev/shm/psm_" in line)
+            except (OSError, IndexError):
+                continue
+    return names
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cleanup(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import signal
+
+    base = tmp_path_factory.getbasetemp()
+    state = base / "sim-state"
+    state.mkdir(exist_ok=True)
+    old = os.environ.get("VLLMDIAG_SIM_STATE")
+    os.environ["VLLMDIAG_SIM_STATE"] = str(state)
+    before = _psm_segments()
+    yield
+    if old is None:
+        os.environ.pop("VLLMDIAG_SIM_STATE", None)
+    else:
+        os.environ["VLLMDIAG_SIM_STATE"] = old
+    for pid in _sim_processes(str(base)):
+        _LEFTOVERS.append(f"process {pid}")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    mapped = _mapped_shm()
+    for name in sorted(_psm_segments() - before - mapped):
+        _LEFTOVERS.append(f"/dev/shm/{name}")
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except OSError:
+            pass
