@@ -26,6 +26,11 @@ RPC_METHODS = ("execute_model", "sample_tokens", "execute_dummy_batch", "take_dr
 _METHOD_RE = re.compile(b"|".join(re.escape(m.encode()) for m in sorted(RPC_METHODS, key=len, reverse=True)))
 # The rpc tuple `(method, args, kwargs, output_rank)` pickles as MARK, SHORT_BINUNICODE <len> <name>.
 _TUPLE_HEAD = re.compile(rb"\x80\x05(?:\x95[\x00-\xff]{8})?\x28\x8c([\x01-\x40])")
+# vLLM 0.33 pickles WorkerProc.ResponseStatus by value: the class reference, then BININT1 1/2/3
+# (checked on chunks written by the real code, tests/data/vllm-real/chunks.json). The names are a
+# fallback for other pickles of the enum.
+_STATUS_BY_VALUE = re.compile(rb"\x8c\x19WorkerProc\.ResponseStatus\x94?\x93\x94?K([\x01-\x03])")
+_STATUS_VALUES = {1: "SUCCESS", 2: "FAILURE", 3: "FAILURE_WITH_KV_OUTPUT"}
 _STATUS_RE = re.compile(rb"\x8c[\x07\x16](SUCCESS|FAILURE_WITH_KV_OUTPUT|FAILURE)")
 _IDENT = re.compile(rb"[a-z_][a-z0-9_]{1,63}")
 
@@ -232,8 +237,15 @@ def scan_chunk(chunk: bytes, fmt: str | None) -> dict[str, object]:
     if method is None:
         found = _METHOD_RE.search(body)
         method = found.group(0).decode() if found else None
-    status = _STATUS_RE.search(body)
-    return {"overflow": False, "method": method, "status": status.group(1).decode() if status else None}
+    return {"overflow": False, "method": method, "status": _status(body)}
+
+
+def _status(body: bytes) -> str | None:
+    by_value = _STATUS_BY_VALUE.search(body)
+    if by_value:
+        return _STATUS_VALUES[by_value.group(1)[0]]
+    by_name = _STATUS_RE.search(body)
+    return by_name.group(1).decode() if by_name else None
 
 
 def flags_text(slots: Slots) -> str:

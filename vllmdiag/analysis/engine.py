@@ -131,6 +131,13 @@ def overall(snapshots: list[Snapshot], reports: list[DeploymentReport], findings
         if blind:
             return Verdict(status="inconclusive", summary="Could not list processes: " + "; ".join(blind),
                            evidence=blind, confidence="low")
+        node_warnings = [f for f in findings if f.deployment is None and f.severity in ("warning", "critical")]
+        if node_warnings:
+            # Nothing runs, but a killed deployment left its segments behind (the usual way psm_*
+            # leak: a container kill or cgroup OOM takes the resource tracker down too).
+            from vllmdiag.analysis.verdict import write_verdict
+
+            return write_verdict("degraded", node_warnings[0].layer, node_warnings, findings)
         return Verdict(status="no-deployment", summary="No vLLM deployment found on "
                        + ", ".join(sorted({s.node for s in snapshots})) + ".")
     worst = max(reports, key=lambda r: STATUS_RANK.get(r.verdict.status, 0))
