@@ -105,6 +105,9 @@ def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
         cmp = compare_group(members, classes)
         if cmp is not None:
             pids += [o.pid for o in cmp.odd if o.pid is not None] + [members[cmp.waiting[0]]["pid"]]
+    from vllmdiag.analysis.gpu_lone import resample_pids as lone_pids
+
+    pids += lone_pids(procs, classes)
     workers = [classes.get(p["pid"]) for p in procs if role_of(p) == "worker"]
     if workers and all(c is not None and c.name == "idle" for c in workers):
         pids += [p["pid"] for p in procs if (c := classes.get(p["pid"])) is not None and c.name == "engine_busy"]

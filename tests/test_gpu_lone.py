@@ -1,0 +1,41 @@
+"""A lone output rank stuck while its peers idle (seen on real vLLM 0.33: tests/data/vllm-real, scenario g)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from vllmdiag.analysis.engine import analyze
+from vllmdiag.model import Snapshot
+
+SNAP = Path(__file__).parent / "data" / "vllm-real" / "snap-g-output-rank-stuck.json"
+
+
+def _snapshot(second: str) -> Snapshot:
+    """The real snapshot, plus the second stack sample the probe now takes of the lone rank:
+    'same' (it did not move) or 'moved' (the peers' idle stack, as after the step finished)."""
+    raw: dict[str, Any] = json.loads(SNAP.read_text())
+    snap = Snapshot.from_dict(raw)
+    procs = {p["pid"]: p for p in snap.data("processes")["processes"]}
+    dumps = snap.data("stacks")["dumps"]
+    tp0 = next(d for d in dumps if procs[d["pid"]].get("ranks", {}).get("tp") == 0)
+    tp1 = next(d for d in dumps if procs[d["pid"]].get("ranks", {}).get("tp") == 1)
+    threads = tp0["threads"] if second == "same" else tp1["threads"]
+    tp0["resample"] = {"after_s": 0.3, "status": "ok", "reason": None, "threads": copy.deepcopy(threads)}
+    return snap
+
+
+def test_real_snapshot_without_second_sample_is_not_called_a_hang() -> None:
+    assert analyze([Snapshot.from_dict(json.loads(SNAP.read_text()))]).verdict.status == "healthy"
+
+
+def test_lone_rank_that_stays_is_the_culprit() -> None:
+    v = analyze([_snapshot("same")]).verdict
+    assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
+    assert (v.culprits[0].title, v.culprits[0].rank) == ("VLLM::Worker_TP0", 0)
+
+
+def test_lone_rank_that_moved_on_is_healthy() -> None:
+    assert analyze([_snapshot("moved")]).verdict.status == "healthy"
