@@ -24,6 +24,7 @@ API_ROLES = ("api_server", "api_server_child")
 MAX_DIR_ENTRIES = 20000
 MAX_STALE_LISTED = 200
 ZMTP_BUDGET_S = 2.0
+ZMQ_TCP_ROLES = {"api_server", "api_server_child", "engine_core", "dp_coordinator"}
 
 
 def collect(ctx: Context) -> dict[str, Any]:
@@ -152,7 +153,14 @@ def zmtp_targets(procs: list[dict[str, Any]], ipc: list[dict[str, Any]], listen:
         if t.get("netns") not in (None, "?", self_ns["net"]):
             continue  # 127.0.0.1 here is another socket than 127.0.0.1 in its network namespace
         host, _, port = t["local"].rpartition(":")
-        if {by_pid.get(p, {}).get("role") for p in t["pids"]} & set(API_ROLES) and (int(port) in http_ports or ipc_api):
+        roles = {by_pid.get(p, {}).get("role") for p in t["pids"]}
+        if not roles & ZMQ_TCP_ROLES:
+            # Workers' TCP listeners are torch.distributed's TCPStore, gloo pairs and NCCL's bootstrap
+            # and proxy sockets, never ZMQ: dialing them only costs the budget, and an unexpected
+            # connection to NCCL's bootstrap listener makes it log (or worse). vLLM's ZMQ TCP sockets
+            # belong to the API server, the EngineCore (remote rpc XPUB) and the DP coordinator.
+            continue
+        if roles & set(API_ROLES) and (int(port) in http_ports or ipc_api):
             # The HTTP port is not ZMQ (the http probe reads it); an API server talking to its engines
             # over ipc (local-only mode, vllm-internals 3.2) has no ZMQ TCP listener at all.
             continue

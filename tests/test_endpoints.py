@@ -121,10 +121,29 @@ def test_many_silent_listeners_fit_the_zmtp_budget(tmp_path: Path) -> None:
         silent.append(s)
     try:
         start = time.monotonic()
-        data = _collect(tmp_path, [_proc(os.getpid(), "worker")])
+        data = _collect(tmp_path, [_proc(os.getpid(), "engine_core")])
         assert time.monotonic() - start < endpoints.ZMTP_BUDGET_S + 0.5
         mine = [z for z in data["zmtp"] if z["endpoint"].startswith("tcp://127.0.0.5:")]
         assert len(mine) == 40 and {z["status"] for z in mine} == {"timeout"}
     finally:
         for s in silent:
             s.close()
+
+
+def test_workers_tcp_listeners_are_never_dialed(tmp_path: Path) -> None:
+    """TCPStore, gloo and NCCL bootstrap sockets live in workers and are not ZMQ: leave them alone."""
+    s = socket.socket()
+    s.bind(("127.0.0.5", 0))
+    s.listen(4)
+    s.setblocking(False)
+    try:
+        data = _collect(tmp_path, [_proc(os.getpid(), "worker")])
+        port = s.getsockname()[1]
+        assert not [z for z in data["zmtp"] if z["endpoint"] == f"tcp://127.0.0.5:{port}"]
+        try:
+            s.accept()
+            raise AssertionError("the worker's listener was dialed")
+        except BlockingIOError:
+            pass
+    finally:
+        s.close()
