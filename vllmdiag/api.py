@@ -28,7 +28,8 @@ class TriageResult:
         return EXIT_CODES.get(self.report.verdict.status, 4)
 
     def to_json(self) -> str:
-        return json.dumps(self.report.to_dict(), indent=2, sort_keys=False, default=str)
+        # Compact on purpose: the C encoder only runs without indent (a TP=8 report is ~200 KB).
+        return json.dumps(self.report.to_dict(), separators=(",", ":"), default=str)
 
     def render(self, console: Any = None) -> None:
         from vllmdiag.render.text import render_report
