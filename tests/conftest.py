@@ -154,3 +154,35 @@ def _session_cleanup(tmp_path_factory: pytest.TempPathFactory) -> Any:
             os.unlink(f"/dev/shm/{name}")
         except OSError:
             pass
+
+
+# Reliability cases written before the counter fixture existed, by what they prove. A failing one
+# counts as a hang, a write or a traceback; every one that runs counts as a case tried.
+RELIABILITY_TESTS = {
+    "hang": ("test_stopped_target_is_read_in_bounded_time_and_stays_stopped", "test_d_state_target_is_read_in_bounded_time",
+             "test_sigcont_restores_a_target_our_killed_py_spy_left_stopped", "test_a_hanging_query_is_killed_at_the_deadline",
+             "test_silent_tcp_listener_gets_no_byte_and_times_out", "test_full_backlog_black_hole_is_bounded",
+             "test_stale_and_missing_ipc_paths", "test_dead_nodes_listed_and_sweep_ends_on_time",
+             "test_whole_sweep_deadline_kills_hung_nodes", "test_many_silent_listeners_fit_the_zmtp_budget",
+             "test_get_refused_and_timeout_are_results", "test_silent_server_and_no_server_end_in_bounded_time",
+             "test_wedged_deployment_fails_one_token_check_within_deadline",
+             "test_sampling_overlaps_the_other_probes_and_respects_the_deadline"),
+    "write": ("test_check_delivers_no_message_and_no_subscription", "test_probe_never_modifies_a_segment",
+              "test_workers_tcp_listeners_are_never_dialed", "test_non_zmtp_speaker_is_not_answered"),
+    "traceback": ("test_fuzz_decoder_never_raises", "test_fuzz_scan_chunk", "test_fuzz_decoder_on_solvable_sizes",
+                  "test_hostile_names_rejected", "test_cli_rejects_hostile_names_and_runs_nothing", "test_bad_inventory",
+                  "test_non_vllm_segments_are_rejected_with_a_reason", "test_bad_usage_and_config_exit_2_with_one_line",
+                  "test_malformed_snapshot_one_line_exit_2", "test_any_json_value", "test_corrupted_probe_data",
+                  "test_corrupted_real_snapshot"),
+}
+_KIND = {name: kind for kind, names in RELIABILITY_TESTS.items() for name in names}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    kind = _KIND.get(report.nodeid.split("::")[-1].split("[")[0])
+    if kind is None:
+        return
+    _COUNTER.case(hang=kind == "hang" and report.failed, write=kind == "write" and report.failed,
+                  traceback=kind == "traceback" and report.failed)
