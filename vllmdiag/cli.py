@@ -127,7 +127,8 @@ def _collect_passthrough() -> int:
     return collect_main(sys.argv[2:])
 
 
-def _emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None = None) -> int:
+def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None = None) -> int:
+    """Print a triage/analyze/sweep result (JSON or rich), write --save/--report files, return the exit code."""
     if save is not None:
         import json
 
@@ -173,7 +174,7 @@ def triage_command(
     if watch:
         options["watch_s"] = watch
     result = triage(pids=pid, probes=probe, options=options, budget_s=budget + watch)
-    return _emit(result, json_out, report, save)
+    return emit(result, json_out, report, save)
 
 
 def analyze_command(
@@ -193,7 +194,7 @@ def analyze_command(
     except (KeyError, TypeError, AttributeError, IndexError) as exc:
         # Snapshots are untrusted: a well-formed file with the wrong content inside is bad input.
         raise SnapshotError(f"snapshot content is malformed ({type(exc).__name__}: {exc})") from None
-    return _emit(result, json_out, report)
+    return emit(result, json_out, report)
 
 
 def playbook_command(

@@ -79,15 +79,9 @@ def sweep_command(
         result = _with_progress(plan, lambda p, progress: sweep(p, progress, confirm))
     if save is not None:
         save_dir(result, save)
-    if report is not None:
-        from vllmdiag.render.files import write_report
+    from vllmdiag.cli import emit
 
-        write_report(result.report, report)
-    if json_out:
-        sys.stdout.write(result.to_json() + "\n")
-    else:
-        result.render()
-    return int(result.exit_code)
+    return emit(result, json_out, report)
 
 
 def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool) -> int:
