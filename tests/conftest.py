@@ -142,7 +142,12 @@ def _session_cleanup(tmp_path_factory: pytest.TempPathFactory) -> Any:
     else:
         os.environ["VLLMDIAG_SIM_STATE"] = old
     for pid in _sim_processes(str(base)):
-        _LEFTOVERS.append(f"process {pid}")
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                what = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+        except OSError:
+            what = "?"
+        _LEFTOVERS.append(f"process {pid} ({what})")
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:

@@ -76,10 +76,15 @@ class Deployment:
         return runtime.read_records(self.path, "ipc")
 
     def pid_of(self, role: str, rank: int | None = None, dp_rank: int = 0) -> int:
-        for p in self.processes:
-            if p["role"] == role and (rank is None or p["rank"] == rank) and p["dp_rank"] in (dp_rank, None):
-                return int(p["pid"])
-        raise SimError(f"no {role} rank={rank} dp={dp_rank} in deployment {self.id}")
+        deadline = time.monotonic() + 2.0
+        while True:
+            for p in self.processes:
+                if p["role"] == role and (rank is None or p["rank"] == rank) and p["dp_rank"] in (dp_rank, None):
+                    return int(p["pid"])
+            if time.monotonic() > deadline:
+                raise SimError(f"no {role} rank={rank} dp={dp_rank} in deployment {self.id}")
+            time.sleep(0.05)  # a title read mid-rewrite may have hidden it: look again
+            self.refresh()
 
     def worker_pid(self, rank: int, dp_rank: int = 0) -> int:
         return self.pid_of("worker", rank, dp_rank)
@@ -114,7 +119,9 @@ class Deployment:
         """Re-read the process tree; keep earlier records (orphans leave the tree)."""
         known = {p["pid"]: p for p in self.processes if procs.still_ours(p) is not None}
         tops = [self.launcher_pid, *[p["pid"] for p in self.processes if p["role"] == "client"]]
-        for p in procs.discover(tops) + list(known.values()):
+        # What is seen now wins over what was recorded (a worker retitles itself from "VLLM::Worker"
+        # to "VLLM::Worker_TP1" during startup); records of processes no longer in the tree stay.
+        for p in procs.discover(tops):
             known[p["pid"]] = {**known.get(p["pid"], {}), **p}
         self.processes = sorted(known.values(), key=lambda p: p["pid"])
         roots = [p["pid"] for p in self.processes if p["role"] in ("api_server", "headless")]
@@ -180,6 +187,21 @@ class Deployment:
         api = runtime.read_json(self.path / "api.json") or {}
         self.http_port = api.get("http_port")
         self.refresh()
+        # A fork-started worker carries its parent's "VLLM::EngineCore" title until it retitles
+        # itself: ready means every worker has its own title (else a fault aimed at rank K misses it).
+        while self._unretitled() and time.monotonic() < deadline:
+            time.sleep(0.05)
+            self.refresh()
+
+    def _unretitled(self) -> bool:
+        engines = {p["pid"] for p in self.processes if p["role"] == "engine_core"}
+        if any(procs.parent_pid(pid) in engines for pid in engines):
+            return True
+        if any(p["role"] == "worker" and p.get("rank") is None for p in self.processes):
+            return True  # still "VLLM::Worker": inside init_device
+        # A read of cmdline while setproctitle rewrites it can come back empty: count the workers too.
+        expected = self.tp * self.dp if self.nnodes == 1 and (self.tp > 1 or self.dp > 1) else 0
+        return sum(1 for p in self.processes if p["role"] == "worker") < expected
 
     def log_tail(self, n: int = 30) -> str:
         with contextlib.suppress(FileNotFoundError):

@@ -26,8 +26,9 @@ def classify(cmdline: list[str]) -> dict[str, Any] | None:
         return None
     title = cmdline[0].rstrip("\x00 ")
     if m := _WORKER_RE.match(title):
+        # "VLLM::Worker" without a rank is a worker inside init_device: its rank is not known yet.
         return {"role": "worker", "title": title, "dp_rank": int(m[1] or 0),
-                "rank": int(m[2]) if m[2] else 0}
+                "rank": int(m[2]) if m[2] else (0 if m[1] else None)}
     if m := _ENGINE_RE.match(title):
         return {"role": "engine_core", "title": title, "dp_rank": int(m[1] or 0), "rank": None}
     joined = " ".join(cmdline)
@@ -66,6 +67,13 @@ def discover(top_pids: list[int]) -> list[dict[str, Any]]:
             if proc.pid not in seen and (info := describe(proc)) is not None:
                 seen[proc.pid] = info
     return sorted(seen.values(), key=lambda p: p["pid"])
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).ppid())
+    except psutil.NoSuchProcess:
+        return None
 
 
 def still_ours(rec: dict[str, Any]) -> psutil.Process | None:
