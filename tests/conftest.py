@@ -141,7 +141,9 @@ def _session_cleanup(tmp_path_factory: pytest.TempPathFactory) -> Any:
         os.environ.pop("VLLMDIAG_SIM_STATE", None)
     else:
         os.environ["VLLMDIAG_SIM_STATE"] = old
-    for pid in _sim_processes(str(base)):
+    # Only what the simulator started carries VLLMDIAG_SIM_DIR (pytest's own children, such as its
+    # multiprocessing resource tracker, inherit our other variables and are not leftovers).
+    for pid in _sim_processes(f"VLLMDIAG_SIM_DIR={base}"):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 what = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
