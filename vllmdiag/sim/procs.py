@@ -115,8 +115,15 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def _reap_if_child(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+def _reap_if_child(pid: int, timeout_s: float = 3.0) -> None:
+    """Reap a SIGKILLed child of ours (e.g. the API server when `sim up` ran in this process);
+    the kill lands asynchronously, so poll until it is reaped, not just once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return  # not our child, or already reaped
+        if done or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
