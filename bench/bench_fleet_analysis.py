@@ -37,7 +37,7 @@ def sim_snapshot() -> Snapshot | None:
     import tempfile
 
     try:
-        from vllmdiag.sim import deployment as sim
+        from vllmdiag_sim import deployment as sim
     except ImportError:
         return None
     if os.geteuid() != 0:

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from vllmdiag.sim.deployment import Deployment
+from vllmdiag_sim.deployment import Deployment
 
 RESULTS = Path(__file__).parent / "results"
 RSS_SNIPPET = (

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from vllmdiag.sim import ringfmt
+from vllmdiag_sim import ringfmt
 
 
 @pytest.fixture

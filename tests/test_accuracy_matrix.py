@@ -18,7 +18,7 @@ import pytest
 from vllmdiag.api import analyze_files, triage
 from vllmdiag.model import Culprit
 
-sim = pytest.importorskip("vllmdiag.sim.deployment")
+sim = pytest.importorskip("vllmdiag_sim.deployment")
 Deployment = sim.Deployment
 
 TPS = (2, 4, 8)

@@ -129,7 +129,7 @@ def test_draining_or_small_queues_are_not_blamed() -> None:
     assert analyze(snapshot(PROCS, data)) == []
 
 
-sim = pytest.importorskip("vllmdiag.sim.deployment")
+sim = pytest.importorskip("vllmdiag_sim.deployment")
 
 
 @pytest.mark.slow

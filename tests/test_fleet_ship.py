@@ -17,7 +17,7 @@ def test_bundle_holds_the_collect_path_only(tmp_path: Path) -> None:
     path = write_zipapp(tmp_path / "collect.pyz")
     names = zipfile.ZipFile(path).namelist()
     assert "__main__.py" in names and "vllmdiag/collect_cli.py" in names and "vllmdiag/probes/processes.py" in names
-    assert not [n for n in names if n.startswith(("vllmdiag/render/", "vllmdiag/fleet/", "vllmdiag/sim/"))]
+    assert not [n for n in names if n.startswith(("vllmdiag/render/", "vllmdiag/fleet/", "vllmdiag_sim/"))]
     assert "vllmdiag/cli.py" not in names and build_zipapp() == path.read_bytes()  # deterministic
 
 

@@ -17,7 +17,7 @@ import pytest
 from fleet_fixtures import NodeSpec, fleet, ns_init_pid, skip_reason
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
-sim = pytest.importorskip("vllmdiag.sim.deployment", reason="waits for simulator (issue 3)")
+sim = pytest.importorskip("vllmdiag_sim.deployment", reason="waits for simulator (issue 3)")
 
 
 @contextlib.contextmanager

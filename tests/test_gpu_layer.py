@@ -129,7 +129,7 @@ def test_engine_loop_stuck_with_idle_workers() -> None:
 
 
 # ---- simulator, end to end --------------------------------------------------------------------------
-sim = pytest.importorskip("vllmdiag.sim.deployment")
+sim = pytest.importorskip("vllmdiag_sim.deployment")
 
 
 @pytest.mark.slow

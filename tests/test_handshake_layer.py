@@ -117,7 +117,7 @@ def test_unanswering_listener_of_a_running_process_is_a_warning() -> None:
     assert f.severity == "warning" and f.culprits[0].pid == ENGINE  # the holder whose parent does not hold it
 
 
-sim = pytest.importorskip("vllmdiag.sim.deployment")
+sim = pytest.importorskip("vllmdiag_sim.deployment")
 
 
 @pytest.mark.slow

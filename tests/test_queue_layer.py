@@ -196,7 +196,7 @@ def test_ring_view_highlights_the_laggard() -> None:
 
 
 # ---- end to end on the simulator ---------------------------------------------------------------------
-sim = pytest.importorskip("vllmdiag.sim.deployment")
+sim = pytest.importorskip("vllmdiag_sim.deployment")
 
 
 def shm_state(names: list[str]) -> dict[str, tuple[int, int, str]]:

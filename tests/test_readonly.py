@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-sim = pytest.importorskip("vllmdiag.sim.deployment")
+sim = pytest.importorskip("vllmdiag_sim.deployment")
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("strace"), reason="needs root and strace")
 
 SYSCALLS = "openat,open,creat,unlink,unlinkat,rename,renameat,renameat2,truncate,ftruncate,kill,tgkill,tkill"

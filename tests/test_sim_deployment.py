@@ -11,8 +11,8 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from vllmdiag.sim import Deployment, ringfmt
-from vllmdiag.sim.cli import app
+from vllmdiag_sim import Deployment, ringfmt
+from vllmdiag_sim.cli import app
 
 from sim_fixtures import assert_clean, sim_state  # noqa: F401
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from vllmdiag.sim import Deployment, faults, ringfmt
+from vllmdiag_sim import Deployment, faults, ringfmt
 
 from sim_fixtures import assert_clean, sim_state, unread, wait_until  # noqa: F401
 

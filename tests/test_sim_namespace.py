@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vllmdiag.sim import Deployment
+from vllmdiag_sim import Deployment
 
 from sim_fixtures import assert_clean, sim_state  # noqa: F401
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllmdiag.sim import ringfmt
-from vllmdiag.sim.vllm.distributed.device_communicators.shm_broadcast import MessageQueue
+from vllmdiag_sim import ringfmt
+from vllmdiag_sim.vllm.distributed.device_communicators.shm_broadcast import MessageQueue
 
 DATA = Path(__file__).parent / "data" / "rings"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "vllm-0.33.0"

@@ -126,7 +126,7 @@ def test_most_informative_thread_speaks() -> None:
 def test_file_suffix_matches_whole_components() -> None:
     assert file_matches("vllm/distributed/device_communicators/shm_broadcast.py", "shm_broadcast.py")
     assert not file_matches("vllm/distributed/device_communicators/my_shm_broadcast.py", "shm_broadcast.py")
-    assert file_matches("vllmdiag/sim/vllm/distributed/parallel_state.py", "*vllm/distributed/*")
+    assert file_matches("vllmdiag_sim/vllm/distributed/parallel_state.py", "*vllm/distributed/*")
 
 
 def test_shipped_rules_validate_and_bad_rules_are_rejected() -> None:

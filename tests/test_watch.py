@@ -12,7 +12,7 @@ import pytest
 from vllmdiag.analysis.queue_watch import slot_changes
 from vllmdiag.api import triage
 
-sim = pytest.importorskip("vllmdiag.sim.deployment")
+sim = pytest.importorskip("vllmdiag_sim.deployment")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy needs root")
 
 

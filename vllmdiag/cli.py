@@ -106,7 +106,7 @@ def build_app(argv: list[str] | None = None) -> Any:
     command = next((a for a in argv or [] if not a.startswith("-")), None)
     if command in (None, "sim"):  # the simulator's imports cost ~0.1 s: only when it is asked for or listed
         try:
-            from vllmdiag.sim.cli import app as sim_app
+            from vllmdiag_sim.cli import app as sim_app
 
             app.add_typer(sim_app, name="sim", help="Simulated vLLM 0.33 deployments with fault injection.")
         except ImportError:
@@ -219,7 +219,7 @@ def demo_command(
     tp: Annotated[int, _opt("--tp", help="tensor-parallel size (1-8)")] = 4,
 ) -> int:
     """Start a simulated hung vLLM deployment, triage it, show the verdict, tear it all down."""
-    from vllmdiag.sim.demo import demo
+    from vllmdiag.demo import demo
 
     if not 1 <= tp <= 8:
         raise UsageError("--tp must be between 1 and 8")

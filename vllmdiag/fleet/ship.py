@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 # Front-end packages the node never needs; keeping them out keeps the bundle small and its imports lean.
-_SKIP_DIRS = ("render", "fleet", "sim", "gate")
+_SKIP_DIRS = ("render", "fleet", "gate")
 _SKIP_FILES = ("cli.py", "__main__.py")
 MAIN = (
     "import os, platform, sys, zipfile\n"
@@ -53,29 +53,25 @@ def local_py_spy() -> Path | None:
     return Path(found) if found else None
 
 
-def _package_dirs() -> tuple[Path, Path]:
+def _package_dir() -> Path:
     import vllmdiag
-    import vllmdiag.probes
 
-    return Path(vllmdiag.__file__).parent, Path(next(iter(vllmdiag.probes.__path__)))
+    return Path(vllmdiag.__file__).parent
 
 
 @functools.lru_cache(maxsize=2)
 def build_zipapp(with_py_spy: bool = False) -> bytes:
     """The zipapp as bytes (built once per process; deterministic, so identical on every sweep).
     ``with_py_spy`` bundles this machine's py-spy (about 3 MB compressed) for nodes that lack one."""
-    root, probes = _package_dirs()
+    root = _package_dir()
     files: dict[str, Path] = {}
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted([*root.rglob("*.py"), *root.glob("playbooks/*.yaml")]):
         rel = path.relative_to(root)
         if rel.parts[0] in _SKIP_DIRS or (len(rel.parts) == 1 and rel.name in _SKIP_FILES):
             continue
-        if "__pycache__" in rel.parts or rel.parts[0] == "probes":
+        if "__pycache__" in rel.parts:
             continue
         files[f"vllmdiag/{rel.as_posix()}"] = path
-    for path in sorted(probes.rglob("*.py")):
-        if "__pycache__" not in path.parts:
-            files[f"vllmdiag/probes/{path.relative_to(probes).as_posix()}"] = path
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         _add(zf, "__main__.py", MAIN.encode())

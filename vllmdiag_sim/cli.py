@@ -1,0 +1,86 @@
+"""`vllmdiag sim ...`: start, fault, list and stop simulated vLLM 0.33 deployments."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from vllmdiag_sim.deployment import Deployment
+from vllmdiag_sim.faults import FAULTS
+
+app = typer.Typer(no_args_is_help=True, help="Simulated vLLM 0.33 deployments with fault injection.")
+
+
+def _show(dep: Deployment, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(dep.summary(), indent=1))
+        return
+    typer.echo(f"deployment {dep.id}  root pid {dep.root_pid}  http port {dep.http_port}  fault {dep.fault}")
+    for role, pids in dep.pids_by_role.items():
+        typer.echo(f"  {role:<16} {' '.join(map(str, pids))}")
+    typer.echo(f"  segments         {' '.join(dep.segments + dep.leaked) or '-'}")
+
+
+@app.command()
+def up(
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel size (1-8)")] = 2,
+    dp: Annotated[int, typer.Option("--dp", help="data-parallel replicas")] = 1,
+    fault: Annotated[str, typer.Option("--fault", help="fault to put in place (see list-faults)")] = "healthy",
+    rank: Annotated[int | None, typer.Option("--rank", help="TP rank the fault targets")] = None,
+    namespace: Annotated[bool, typer.Option("--namespace", help="own PID+mount namespace (root)")] = False,
+    shm_size: Annotated[str | None, typer.Option("--shm-size", help="namespaced /dev/shm size")] = None,
+    port: Annotated[int, typer.Option("--port", help="HTTP port (0 = any free)")] = 0,
+    nnodes: Annotated[int, typer.Option("--nnodes", help="nodes the TP group spans")] = 1,
+    node_rank: Annotated[int, typer.Option("--node-rank", help="this node's rank")] = 0,
+    master_port: Annotated[int | None, typer.Option("--master-port", help="leader's rendezvous port")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Start a deployment; returns once it is ready and the fault is in place."""
+    dep = Deployment.up(tp=tp, dp=dp, fault=fault, rank=rank, namespace=namespace, shm_size=shm_size,
+                        port=port, nnodes=nnodes, node_rank=node_rank, master_port=master_port)
+    _show(dep, as_json)
+
+
+@app.command()
+def inject(
+    dep_id: Annotated[str, typer.Argument(metavar="ID")],
+    fault: Annotated[str, typer.Option("--fault", help="fault to put in place")],
+    rank: Annotated[int | None, typer.Option("--rank", help="TP rank the fault targets")] = None,
+) -> None:
+    """Put a fault into a running deployment."""
+    dep = Deployment.load(dep_id)
+    dep.inject(fault, rank)
+    _show(dep, False)
+
+
+@app.command("list")
+def list_(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Deployments started by the simulator (state under $VLLMDIAG_SIM_STATE)."""
+    deps = Deployment.list_all()
+    if as_json:
+        typer.echo(json.dumps([d.summary() for d in deps], indent=1))
+    for dep in [] if as_json else deps:
+        _show(dep, False)
+
+
+@app.command("list-faults")
+def list_faults() -> None:
+    """The fault catalog."""
+    for name, what in FAULTS.items():
+        typer.echo(f"{name:<20} {what}")
+
+
+@app.command()
+def down(
+    dep_id: Annotated[str | None, typer.Argument(metavar="[ID]")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="every deployment the simulator started")] = False,
+    keep_leak: Annotated[bool, typer.Option("--keep-leak", help="leave shm-leak segments behind")] = False,
+) -> None:
+    """Stop what a deployment started and remove its segments and socket files."""
+    if dep_id is None and not all_:
+        raise typer.BadParameter("give a deployment ID or --all")
+    for dep in Deployment.list_all() if all_ else [Deployment.load(str(dep_id))]:
+        dep.down(keep_leak=keep_leak)
+        typer.echo(f"stopped {dep.id}")

@@ -1,0 +1,178 @@
+"""The fault catalog (DESIGN.md) and how the launcher puts each fault in place.
+
+Every fault first goes to `fault.json`, which the EngineCore (and API server) poll, so the
+simulated processes know what is about to happen; then the launcher acts (signals, clients,
+leaked files) and waits until the deployment has actually reached the hang (acks written at the
+hang point by the stuck process, or process states), so `up`/`inject` return on a settled fault.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import psutil
+
+from vllmdiag_sim import leak, runtime
+
+if TYPE_CHECKING:
+    from vllmdiag_sim.deployment import Deployment
+
+FAULTS: dict[str, str] = {
+    "healthy": "idle deployment, every process waiting for work",
+    "healthy-load": "streaming completions keep flowing",
+    "worker-killed": "a worker SIGKILLed, left a zombie (EngineCore does not reap it)",
+    "worker-gone": "a worker SIGKILLed and reaped",
+    "worker-stopped": "a worker SIGSTOPped",
+    "engine-killed": "EngineCore SIGKILLed, its workers orphaned",
+    "endpoint-gone": "the API server's engine input ROUTER closed, stale ipc socket file left",
+    "rpc-ring-full": "a worker stops reading the rpc ring; EngineCore blocked in acquire_write",
+    "response-ring-full": "EngineCore stops reading a worker's response ring; worker blocked writing",
+    "engine-stuck": "EngineCore busy loop stuck in the scheduler while requests wait",
+    "straggler": "a rank never reaches the collective; the others wait in all_reduce",
+    "collective-mismatch": "a rank is in all_gather while the others are in all_reduce",
+    "client-stalled": "an HTTP client stops reading its stream; the server's Send-Q grows",
+    "shm-leak": "leaked psm_* segments in /dev/shm, as after a SIGKILL of a whole deployment",
+    "shm-small": "a private /dev/shm too small for the rings (namespaced node; start only)",
+}
+RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
+          "straggler", "collective-mismatch"}
+NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled"}
+SETTLE_S = 0.3  # after the culprit acks, give its peers time to reach their own waits
+TIMEOUT_S = 20.0
+
+
+class FaultError(ValueError):
+    pass
+
+
+def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int | None) -> None:
+    if fault not in FAULTS:
+        raise FaultError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+    if not 1 <= tp <= 8 or dp < 1:
+        raise FaultError("--tp must be 1..8 and --dp at least 1")
+    if nnodes > 1 and (not master_port or tp % nnodes or dp != 1):
+        raise FaultError("--nnodes needs --master-port, a TP size divisible by it, and --dp 1")
+    if fault in RANKED and tp == 1 and dp == 1:
+        raise FaultError(f"{fault} needs worker processes: TP=1 runs in-process (UniProcExecutor)")
+
+
+def inject(dep: Deployment, fault: str, rank: int | None) -> None:
+    if fault not in FAULTS or fault == "shm-small":
+        raise FaultError(f"{fault!r} cannot be injected into a running deployment")
+    local = range(dep.node_rank * dep.tp // dep.nnodes, (dep.node_rank + 1) * dep.tp // dep.nnodes)
+    rank = local[-1] if rank is None else rank
+    if fault in RANKED and rank not in local:
+        raise FaultError(f"rank {rank} is not on this node (local ranks {local.start}..{local.stop - 1})")
+    if fault in NEEDS_HTTP and dep.http_port is None:
+        raise FaultError(f"{fault} needs the API server (node rank 0)")
+    dep.fault_seq += 1
+    runtime.write_json(dep.path / "fault.json", {"seq": dep.fault_seq, "fault": fault, "rank": rank, "dp": 0})
+    wait_for(lambda: ack_exists(dep, f"fault-{dep.fault_seq}"), "the EngineCore to take the fault")
+    ACTIONS.get(fault, lambda d, r: None)(dep, rank)
+
+
+def ack_exists(dep: Deployment, name: str) -> bool:
+    return (dep.path / "acks" / name).exists()
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def status(pid: int) -> str:
+    try:
+        return str(psutil.Process(pid).status())
+    except psutil.NoSuchProcess:
+        return "gone"
+
+
+def start_client(dep: Deployment, kind: str) -> None:
+    env = {**os.environ, runtime.ENV_DIR: dep.dir}
+    with open(dep.path / "log.txt", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "vllmdiag_sim.clients", kind, str(dep.http_port)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    dep.processes.append({"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(),
+                          "role": "client", "title": kind, "rank": None, "dp_rank": None})
+    dep.save()
+
+
+def _kill_worker(dep: Deployment, rank: int, then: str) -> None:
+    pid = dep.worker_pid(rank)
+    os.kill(pid, signal.SIGSTOP if then == "stopped" else signal.SIGKILL)
+    wait_for(lambda: status(pid) == then, f"worker {pid} to be {then}")
+
+
+def _engine_killed(dep: Deployment, rank: int) -> None:
+    pid = dep.engine_pid()
+    workers = dep.pids_by_role.get("worker", [])
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: status(pid) == "gone", f"EngineCore {pid} to be reaped")
+    wait_for(lambda: all(_ppid(w) != pid for w in workers), "workers to be reparented")
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.NoSuchProcess:
+        return 0
+
+
+def _hang_with_request(dep: Deployment, ack: str) -> None:
+    # A pending request makes the leader step; a headless node's EngineCore kicks the leader.
+    if dep.http_port is not None:
+        start_client(dep, "pending")
+    wait_for(lambda: ack_exists(dep, ack), ack)
+    time.sleep(SETTLE_S)
+
+
+def _with_client(dep: Deployment, kind: str, ack: str) -> None:
+    start_client(dep, kind)
+    wait_for(lambda: ack_exists(dep, ack), f"the {kind} client")
+
+
+def _client_stalled(dep: Deployment, rank: int) -> None:
+    start_client(dep, "stalled")
+    wait_for(lambda: any((dep.path / "acks").glob("client-stalled-*")), "the stalled client")
+    port = int(next((dep.path / "acks").glob("client-stalled-*")).name.rsplit("-", 1)[1])
+    # Unacked bytes in flight show up briefly in any Send-Q; a full client window shows as more.
+    wait_for(lambda: send_q_bytes(dep.http_port or 0, port) > 4096, "the API server's Send-Q to grow")
+
+
+def send_q_bytes(local_port: int, peer_port: int) -> int:
+    """tx_queue of the server-side TCP socket local_port -> peer_port (/proc/net/tcp)."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            cols = line.split()
+            if int(cols[1].split(":")[1], 16) == local_port and int(cols[2].split(":")[1], 16) == peer_port:
+                return int(cols[4].split(":")[0], 16)
+    return 0
+
+
+ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
+    "healthy-load": lambda d, r: _with_client(d, "load", "client-load"),
+    "worker-killed": lambda d, r: _kill_worker(d, r, "zombie"),
+    "worker-gone": lambda d, r: _kill_worker(d, r, "gone"),
+    "worker-stopped": lambda d, r: _kill_worker(d, r, "stopped"),
+    "engine-killed": _engine_killed,
+    "endpoint-gone": lambda d, r: wait_for(lambda: ack_exists(d, "endpoint-gone"), "the ROUTER to close"),
+    "rpc-ring-full": lambda d, r: wait_for(
+        lambda: ack_exists(d, f"acquire_write-{d.engine_pid()}"), "EngineCore blocked on the full rpc ring"),
+    "response-ring-full": lambda d, r: wait_for(
+        lambda: ack_exists(d, f"acquire_write-{d.worker_pid(r)}"), "the worker blocked on its response ring"),
+    "engine-stuck": lambda d, r: _hang_with_request(d, "engine-stuck"),
+    "straggler": lambda d, r: _hang_with_request(d, f"straggler-{r}"),
+    "collective-mismatch": lambda d, r: _hang_with_request(d, f"collective-mismatch-{r}"),
+    "client-stalled": _client_stalled,
+    "shm-leak": leak.leak_segments,
+}

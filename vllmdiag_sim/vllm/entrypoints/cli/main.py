@@ -1,0 +1,37 @@
+"""Mirror of `vllm/entrypoints/cli/main.py`: the `vllm serve` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from vllmdiag_sim.vllm.config.parallel import ParallelConfig
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="vllm")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve")
+    serve.add_argument("model")
+    serve.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    serve.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0)
+    serve.add_argument("--headless", action="store_true")
+    serve.add_argument("--nnodes", type=int, default=1)
+    serve.add_argument("--node-rank", type=int, default=0)
+    serve.add_argument("--master-port", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s [%(name)s] %(message)s")
+    pc = ParallelConfig(args.tensor_parallel_size, args.data_parallel_size, args.nnodes,
+                        args.node_rank, args.master_port)
+    from vllmdiag_sim.vllm.entrypoints.openai import api_server
+
+    if args.headless:
+        api_server.run_headless(pc)
+    else:
+        api_server.run_server(pc, args.model, args.host, args.port)

@@ -1,0 +1,90 @@
+"""The simulated API server: engine launch, ZMQ client sockets, and the readiness wait.
+
+Like vLLM's `MPClient`, it binds the input ROUTER and output PULL before forking the
+EngineCore(s) (fork is vLLM's default start method), then waits for one READY per engine
+identity. HTTP is served by `http_frontend.ApiServer` once every engine is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import multiprocessing.connection
+import socket
+import time
+from multiprocessing import resource_tracker
+from multiprocessing.process import BaseProcess
+
+import zmq
+
+from vllmdiag_sim import collective, runtime
+from vllmdiag_sim.vllm.config.parallel import ParallelConfig
+from vllmdiag_sim.vllm.entrypoints.openai.http_frontend import ApiServer
+from vllmdiag_sim.vllm.utils.network_utils import get_open_zmq_ipc_path, make_zmq_socket
+from vllmdiag_sim.vllm.v1.engine.core import EngineCoreProc
+
+logger = logging.getLogger("vllm.entrypoints.openai.api_server")
+ENGINE_READY_TIMEOUT_S = 60.0
+
+
+def launch_core_engines(pc: ParallelConfig, input_addr: str | None,
+                        output_addr: str | None) -> list[BaseProcess]:
+    # Started before the fork so the tracker is the API server's child, as in vLLM.
+    resource_tracker.ensure_running()
+    ctx = multiprocessing.get_context("fork")
+    engines: list[BaseProcess] = []
+    for dp_rank in range(pc.data_parallel_size):
+        hub: socket.socket | None = None
+        if pc.tensor_parallel_size > 1 and pc.is_leader:
+            hub = collective.listen(pc.master_port if pc.nnodes > 1 else 0)
+        proc = ctx.Process(target=EngineCoreProc.run_engine_core, name=f"EngineCore_DP{dp_rank}",
+                           args=(pc, dp_rank, input_addr, output_addr, hub))
+        proc.start()
+        if hub is not None:
+            hub.close()
+        engines.append(proc)
+    return engines
+
+
+def wait_for_engine_startup(input_socket: zmq.Socket, engines: list[BaseProcess]) -> list[bytes]:
+    identities: list[bytes] = []
+    deadline = time.monotonic() + ENGINE_READY_TIMEOUT_S
+    while len(identities) < len(engines):
+        if input_socket.poll(100):
+            identities.append(input_socket.recv_multipart()[0])
+            continue
+        failed = {p.name: p.exitcode for p in engines if not p.is_alive()}
+        if failed:
+            raise RuntimeError(f"Engine core initialization failed. See root cause above. "
+                               f"Failed core proc(s): {failed}")
+        if time.monotonic() > deadline:
+            raise TimeoutError("Timed out waiting for engine core processes to start.")
+    return sorted(identities)
+
+
+def run_server(pc: ParallelConfig, model: str, host: str, port: int) -> None:
+    ctx = zmq.Context()
+    input_addr, output_addr = get_open_zmq_ipc_path(), get_open_zmq_ipc_path()
+    input_socket = make_zmq_socket(ctx, input_addr, zmq.ROUTER, bind=True)
+    output_socket = make_zmq_socket(ctx, output_addr, zmq.PULL, bind=True)
+    engines = launch_core_engines(pc, input_addr, output_addr)
+    identities = wait_for_engine_startup(input_socket, engines)
+    server = ApiServer(model, input_addr, input_socket, output_socket, identities, engines)
+    asyncio.run(server.serve(host, port))
+
+
+def run_headless(pc: ParallelConfig) -> None:
+    """A non-leader node: EngineCore(s) and workers only, no HTTP front end."""
+    engines = launch_core_engines(pc, None, None)
+    base = runtime.deployment_dir()
+    while base is not None and not all((base / "acks" / f"engine-ready-{i}").exists()
+                                       for i in range(len(engines))):
+        if not all(p.is_alive() for p in engines):
+            raise RuntimeError("Engine core initialization failed. See root cause above.")
+        time.sleep(0.05)
+    runtime.ack("api-ready")
+    sentinels = [p.sentinel for p in engines]
+    while sentinels:
+        for s in multiprocessing.connection.wait(sentinels):
+            sentinels.remove(s)  # type: ignore[arg-type]

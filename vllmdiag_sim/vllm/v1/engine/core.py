@@ -1,0 +1,135 @@
+"""Mirror of `vllm/v1/engine/core.py`: `EngineCoreProc`, its busy loop and IO threads.
+
+The sim adds three inputs to vLLM's: `SIM_FAULT` (the launcher changed `fault.json`),
+`KICK` (a headless node asks the leader for a step) and `RELAY` (a headless node's copy of
+the leader's rpc, re-enqueued on its local ring, standing in for vLLM's remote readers).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import queue
+import socket
+import threading
+from typing import Any
+
+import zmq
+
+from vllmdiag_sim import runtime
+from vllmdiag_sim.vllm.config.parallel import ParallelConfig
+from vllmdiag_sim.vllm.utils.network_utils import make_zmq_socket
+from vllmdiag_sim.vllm.utils.system_utils import set_process_title
+from vllmdiag_sim.vllm.v1.core.sched.scheduler import Scheduler
+from vllmdiag_sim.vllm.v1.engine.sim_faults import EngineFaults
+from vllmdiag_sim.vllm.v1.executor.multiproc_executor import MultiprocExecutor
+from vllmdiag_sim.vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+logger = logging.getLogger("vllm.v1.engine.core")
+REQUEST_TYPES = {b"\x00": "ADD", b"\x01": "ABORT"}
+
+
+class EngineCoreProc:
+    def __init__(self, pc: ParallelConfig, dp_rank: int, input_addr: str | None,
+                 output_addr: str | None, hub_sock: socket.socket | None) -> None:
+        self.pc, self.dp_rank = pc, dp_rank
+        self.input_queue: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.output_queue: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+        self.scheduler = Scheduler()
+        self.model_executor: MultiprocExecutor | UniProcExecutor = (
+            MultiprocExecutor(pc, dp_rank, hub_sock) if pc.uses_multiproc_executor else UniProcExecutor())
+        self.faults = EngineFaults(self)
+        self.pending_steps: list[tuple[str, Any]] = []
+        threading.Thread(target=self.process_input_sockets, args=(input_addr,), daemon=True).start()
+        if output_addr:
+            threading.Thread(target=self.process_output_sockets, args=(output_addr,), daemon=True).start()
+        runtime.ack(f"engine-ready-{dp_rank}")
+
+    @staticmethod
+    def run_engine_core(pc: ParallelConfig, dp_rank: int, input_addr: str | None,
+                        output_addr: str | None, hub_sock: socket.socket | None) -> None:
+        set_process_title(pc.engine_name(dp_rank))
+        runtime.close_inherited_listeners([a for a in (input_addr, output_addr) if a])
+        try:
+            engine = EngineCoreProc(pc, dp_rank, input_addr, output_addr, hub_sock)
+        except Exception:
+            logger.exception("EngineCore failed to start.")
+            raise
+        engine.run_busy_loop()
+
+    def run_busy_loop(self) -> None:
+        while True:
+            self._process_input_queue()
+            self._process_engine_step()
+
+    def _process_input_queue(self) -> None:
+        while not self.scheduler.has_requests() and not self.pending_steps:
+            self._handle_client_request(*self.input_queue.get())
+        while not self.input_queue.empty():
+            self._handle_client_request(*self.input_queue.get_nowait())
+
+    def _handle_client_request(self, kind: str, payload: Any) -> None:
+        if kind == "ADD":
+            self.scheduler.add_request(payload)
+        elif kind == "ABORT":
+            self.scheduler.finish_requests(payload)
+        elif kind == "SIM_FAULT":
+            self.faults.apply(payload)
+        elif kind in ("KICK", "RELAY"):
+            self.pending_steps.append((kind, payload))
+
+    def _process_engine_step(self) -> None:
+        outputs = self.step()
+        if outputs:
+            self.output_queue.put(outputs)
+
+    def step(self) -> list[dict[str, Any]]:
+        if self.pending_steps:
+            kind, payload = self.pending_steps.pop(0)
+            self.faults.run_pending(kind, payload)
+            return []
+        scheduler_output = self.scheduler.schedule()
+        scheduler_output["sim_fault"] = self.faults.step_fault
+        self.model_executor.execute_model(scheduler_output)
+        return self.scheduler.update_from_output(scheduler_output)
+
+    def process_input_sockets(self, input_addr: str | None) -> None:
+        ctx, poller = zmq.Context(), zmq.Poller()
+        kinds: dict[zmq.Socket, str] = {}
+        if input_addr:
+            identity = self.dp_rank.to_bytes(2, "little")
+            sock = make_zmq_socket(ctx, input_addr, zmq.DEALER, bind=False, identity=identity, linger=0)
+            sock.send(json.dumps({"status": "READY", "engine_index": self.dp_rank}).encode())
+            kinds[sock] = "client"
+        if self.pc.nnodes > 1 and self.pc.is_leader:
+            kinds[make_zmq_socket(ctx, f"tcp://127.0.0.1:{self.pc.master_port + 2}", zmq.PULL)] = "kick"
+        if self.pc.nnodes > 1 and not self.pc.is_leader:
+            sub = ctx.socket(zmq.SUB)
+            sub.setsockopt_string(zmq.SUBSCRIBE, "")
+            sub.connect(f"tcp://127.0.0.1:{self.pc.master_port + 1}")
+            kinds[sub] = "relay"
+        for sock in kinds:
+            poller.register(sock, zmq.POLLIN)
+        watch = runtime.FaultWatch()
+        while True:
+            for sock, _ in poller.poll(500):
+                self._decode_input(kinds[sock], sock.recv_multipart())
+            spec = watch.poll()
+            if spec is not None:
+                self.input_queue.put(("SIM_FAULT", spec))
+
+    def _decode_input(self, kind: str, frames: list[bytes]) -> None:
+        if kind == "client" and frames[0] in REQUEST_TYPES:
+            self.input_queue.put((REQUEST_TYPES[frames[0]], json.loads(frames[1])))
+        elif kind == "kick":
+            self.input_queue.put(("KICK", None))
+        elif kind == "relay" and frames != [b"READY"]:
+            self.input_queue.put(("RELAY", pickle.loads(frames[0], buffers=frames[1:])))
+
+    def process_output_sockets(self, output_addr: str) -> None:
+        ctx = zmq.Context()
+        sock = make_zmq_socket(ctx, output_addr, zmq.PUSH, linger=4000)
+        while True:
+            outputs = self.output_queue.get()
+            sock.send(json.dumps(outputs).encode())

@@ -1,0 +1,58 @@
+"""Mirror of `vllm/v1/worker/gpu_model_runner.py`: a forward pass that meets its TP peers.
+
+`sim_fault` in the scheduler output is the sim's only addition: the EngineCore puts the fault
+there so every rank sees it in the same step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vllmdiag_sim import runtime
+from vllmdiag_sim.vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+
+
+def targets_me(fault: dict[str, Any] | None, name: str, rank: int) -> bool:
+    return bool(fault) and fault.get("fault") == name and fault.get("rank") == rank  # type: ignore[union-attr]
+
+
+class GPUModelRunner:
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.o_proj = RowParallelLinear()
+        self.lm_head = ColumnParallelLinear()
+
+    def execute_model(self, scheduler_output: dict[str, Any]) -> dict[str, Any]:
+        fault = scheduler_output.get("sim_fault")
+        num_tokens = self._prepare_inputs(scheduler_output, targets_me(fault, "straggler", self.rank))
+        gather = targets_me(fault, "collective-mismatch", self.rank)
+        self._model_forward(float(num_tokens), gather)
+        return {"req_ids": list(scheduler_output.get("req_ids", [])), "step": scheduler_output.get("step")}
+
+    def _prepare_inputs(self, scheduler_output: dict[str, Any], stuck: bool) -> int:
+        if stuck:
+            # This rank never reaches the collective its peers are already waiting in. The loop is
+            # inline so this function stays the innermost Python frame, as in a real hang.
+            runtime.ack(f"straggler-{self.rank}")
+            while True:
+                time.sleep(0.05)
+        return len(scheduler_output.get("req_ids", [])) + 1
+
+    def _model_forward(self, hidden: float, gather: bool) -> Any:
+        time.sleep(runtime.STEP_INTERVAL_S)  # stands in for the GPU time of one decode step
+        if gather:
+            runtime.ack(f"collective-mismatch-{self.rank}")
+            return self.lm_head.forward(hidden)
+        return self.o_proj.forward(hidden)
+
+    def sample_tokens(self, grammar_output: dict[str, Any] | None) -> dict[str, Any]:
+        if targets_me((grammar_output or {}).get("sim_fault"), "rpc-ring-full", self.rank):
+            self._sample_stalled()
+        return {"sampled": True}
+
+    def _sample_stalled(self) -> None:
+        # Outside any collective: the other ranks keep consuming the rpc ring, this one stops.
+        runtime.ack(f"rpc-ring-full-{self.rank}")
+        while True:
+            time.sleep(0.05)
