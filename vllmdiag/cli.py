@@ -128,21 +128,36 @@ def _collect_passthrough() -> int:
 
 
 def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None = None) -> int:
-    """Print a triage/analyze/sweep result (JSON or rich), write --save/--report files, return the exit code."""
+    """Print a triage/analyze/sweep result (JSON or rich), write --save/--report files, return the exit code.
+
+    The verdict is printed first: a file that cannot be written (a directory, a full disk, a
+    symlink we refuse to follow) is one line and exit 2 after it, never a lost verdict."""
+    if as_json:
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        result.render()
+    from vllmdiag.outfile import OutputError, write_output
+
+    errors: list[OutputError] = []
     if save is not None:
         import json
 
         snaps = result.report.snapshots
         payload = snaps[0].to_dict() if len(snaps) == 1 else {"snapshots": [s.to_dict() for s in snaps]}
-        save.write_text(json.dumps(payload, default=str) + "\n", encoding="utf-8")
+        try:
+            write_output(save, json.dumps(payload, default=str) + "\n", "--save")
+        except OutputError as exc:
+            errors.append(exc)
     if report_file is not None:
-        from vllmdiag.render.files import write_report
+        from vllmdiag.render.files import report_text
 
-        write_report(result.report, report_file)
-    if as_json:
-        sys.stdout.write(result.to_json() + "\n")
-    else:
-        result.render()
+        try:
+            write_output(report_file, report_text(result.report, report_file), "--report")
+        except OutputError as exc:
+            errors.append(exc)
+    if errors:
+        sys.stdout.flush()
+        raise errors[0]
     return int(result.exit_code)
 
 

@@ -58,8 +58,15 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"vllmdiag collect: {exc}\n")
         return EXIT_USAGE
     text = json.dumps(snap.to_dict(), default=str)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
     if args.json or not args.out:
         sys.stdout.write(text + "\n")
+    if args.out:
+        from vllmdiag.outfile import OutputError, write_output
+
+        try:
+            write_output(args.out, text + "\n", "--out")
+        except OutputError as exc:
+            sys.stdout.flush()
+            sys.stderr.write(f"vllmdiag collect: {exc}\n")
+            return EXIT_USAGE
     return 0

@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-from vllmdiag.cli_errors import UsageError
-
 
 def register(app: Any) -> None:
     app.command("gate")(gate_command)
@@ -44,14 +42,6 @@ def gate_command(
     from vllmdiag.gate.run import run_gate, validate_url
 
     node = run_gate(cfg, validate_url(url))
-    if junit is not None:
-        from vllmdiag.gate.junit import to_junit
-
-        _write(junit, to_junit([node]), "--junit")
-    if prom is not None:
-        from vllmdiag.gate.prom import to_prom
-
-        _write(prom, to_prom([node]), "--prom")
     if json_out:
         payload = {"schema_version": 1, "config": {"source": cfg.source, "tp": cfg.tp},
                    "gate": node.to_dict(with_snapshot=False),
@@ -61,13 +51,36 @@ def gate_command(
         from vllmdiag.gate.render import render_node
 
         render_node(node)
+    _write_files(node, junit, prom)
     return node.exit_code
 
 
-def _write(path: Path, text: str, option: str) -> None:
-    from vllmdiag.gate.prom import write_atomic
+def _write_files(node: Any, junit: Path | None, prom: Path | None) -> None:
+    """After the results are printed: a file that cannot be written is exit 2 without losing them."""
+    from vllmdiag.outfile import OutputError
 
-    try:
-        write_atomic(path, text)
-    except OSError as exc:
-        raise UsageError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+    errors: list[OutputError] = []
+    for path, option in ((junit, "--junit"), (prom, "--prom")):
+        if path is None:
+            continue
+        if option == "--junit":
+            from vllmdiag.gate.junit import to_junit
+
+            text = to_junit([node])
+        else:
+            from vllmdiag.gate.prom import to_prom
+
+            text = to_prom([node])
+        try:
+            _write(path, text, option)
+        except OutputError as exc:
+            errors.append(exc)
+    if errors:
+        sys.stdout.flush()
+        raise errors[0]
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    from vllmdiag.outfile import write_output
+
+    write_output(path, text, option)

@@ -1,11 +1,8 @@
-"""Prometheus textfile (node_exporter textfile collector) of gate results, written atomically."""
+"""Prometheus textfile (node_exporter textfile collector) of gate results (written by vllmdiag.outfile)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
-from pathlib import Path
 
 from vllmdiag.gate.result import STATUSES, NodeGateResult
 
@@ -28,23 +25,6 @@ def to_prom(nodes: list[NodeGateResult], now: float | None = None) -> str:
               "# TYPE vllmdiag_gate_last_run_timestamp_seconds gauge"]
     lines += [f"vllmdiag_gate_last_run_timestamp_seconds{{{_labels(node=n.node)}}} {stamp:.3f}" for n in nodes]
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Temp file in the same directory, then rename: node_exporter never reads a half-written file."""
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; node_exporter often runs as another user
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _labels(**labels: str) -> str:

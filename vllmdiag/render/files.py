@@ -9,15 +9,14 @@ from vllmdiag.analysis.engine import Report
 from vllmdiag.cli_errors import UsageError
 
 
-def write_report(report: Report, path: Path) -> None:
+def report_text(report: Report, path: Path) -> str:
+    """The report for a .md or .html file name (the caller writes it through vllmdiag.outfile)."""
     suffix = path.suffix.lower()
     if suffix == ".md":
-        text = to_markdown(report)
-    elif suffix in (".html", ".htm"):
-        text = to_html(report)
-    else:
-        raise UsageError(f"--report {path}: use a .html or .md file name")
-    path.write_text(text, encoding="utf-8")
+        return to_markdown(report)
+    if suffix in (".html", ".htm"):
+        return to_html(report)
+    raise UsageError(f"--report {path}: use a .html or .md file name")
 
 
 def to_markdown(report: Report) -> str:

@@ -1,0 +1,216 @@
+"""Output files (issue 15, item 3): real files, the real /dev/null and /dev/full, symlinks onto a
+victim, directories, FIFOs; the CLI prints its verdict before a file error; strace proves the writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag import outfile
+from vllmdiag.outfile import OutputError, write_output
+
+SNAP = {"schema_version": 1, "node": "n1", "collected_at": "", "vllmdiag_version": "x", "duration_s": 0.1,
+        "probes": {}}
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "vllmdiag", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def test_regular_file_is_replaced_atomically_with_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "out.json"
+    write_output(target, "one\n")
+    assert target.read_text() == "one\n"
+    target.chmod(0o640)
+    ino = target.stat().st_ino
+    write_output(target, "two\n")
+    assert target.read_text() == "two\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert target.stat().st_ino != ino  # a new inode renamed over the entry, never written in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # no temp file left
+
+
+def test_hard_link_to_a_victim_is_replaced_not_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "out.xml"
+    os.link(victim, link)
+    write_output(link, "report\n")
+    assert victim.read_text() == "precious\n" and link.read_text() == "report\n"
+
+
+def test_dev_null_stays_a_character_device(reliability: Any) -> None:
+    before = os.stat("/dev/null")
+    write_output("/dev/null", "x" * 100_000, "--junit")
+    after = os.stat("/dev/null")
+    ok = stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino and after.st_rdev == before.st_rdev
+    reliability.case(write=not ok)
+    assert ok
+
+
+def test_symlink_to_a_victim_file_is_refused_and_the_victim_is_unchanged(tmp_path: Path, reliability: Any) -> None:
+    victim = tmp_path / "shadow"
+    victim.write_text("root:secret\n")
+    link = tmp_path / "report.md"
+    link.symlink_to(victim)
+    with pytest.raises(OutputError, match="symlink"):
+        write_output(link, "owned\n", "--report")
+    unchanged = victim.read_text() == "root:secret\n" and link.is_symlink()
+    reliability.case(write=not unchanged)
+    assert unchanged
+
+
+def test_symlink_to_a_device_is_a_stream(tmp_path: Path) -> None:
+    link = tmp_path / "to-null"
+    link.symlink_to("/dev/null")
+    write_output(link, "x\n")
+    assert link.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_dangling_symlink_is_refused_and_not_created_through(tmp_path: Path) -> None:
+    link = tmp_path / "out.prom"
+    link.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OutputError, match="dangling"):
+        write_output(link, "x\n")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="is a directory"):
+        write_output(tmp_path, "x", "--save")
+
+
+def test_missing_directory_is_one_error(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="No such file"):
+        write_output(tmp_path / "nope" / "x.json", "x")
+
+
+def test_dev_full_is_enospc(reliability: Any) -> None:
+    with pytest.raises(OutputError, match="No space left"):
+        write_output("/dev/full", "x" * 10, "--prom")
+    reliability.case()
+
+
+def test_fifo_without_reader_is_refused_at_once(tmp_path: Path, reliability: Any) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with pytest.raises(OutputError, match="no reader"):
+        write_output(fifo, "x")
+    reliability.case(hang=time.monotonic() - start > 2)
+
+
+def test_fifo_with_a_slow_reader_gets_everything(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+
+    def read() -> None:
+        os.set_blocking(fd, True)
+        while True:
+            time.sleep(0.01)
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            got.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    write_output(fifo, "y" * 500_000)
+    reader.join(10)
+    os.close(fd)
+    assert b"".join(got) == b"y" * 500_000
+
+
+def test_fifo_whose_reader_never_reads_ends_in_bounded_time(tmp_path: Path, monkeypatch: Any,
+                                                            reliability: Any) -> None:
+    monkeypatch.setattr(outfile, "STREAM_TIMEOUT_S", 0.5)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        start = time.monotonic()
+        with pytest.raises(OutputError, match="did not take"):
+            write_output(fifo, "z" * 2_000_000)
+        reliability.case(hang=time.monotonic() - start > 5)
+    finally:
+        os.close(fd)
+
+
+def test_dash_is_stdout(tmp_path: Path) -> None:
+    snap = tmp_path / "s.json"
+    snap.write_text(json.dumps(SNAP))
+    out = _cli("collect", "--probe", "processes", "--out", "-")
+    assert out.returncode == 0 and json.loads(out.stdout)["schema_version"] == 1
+
+
+@pytest.mark.parametrize("how", ["directory", "dev_full", "victim_link"])
+def test_cli_prints_the_verdict_before_the_file_error(tmp_path: Path, how: str, reliability: Any) -> None:
+    snap = tmp_path / "s.json"
+    snap.write_text(json.dumps(SNAP))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    if how == "directory":
+        report = tmp_path / "dir.md"
+        report.mkdir()
+    elif how == "dev_full":
+        report = tmp_path / "full.md"
+        report.symlink_to("/dev/full")
+    else:
+        report = tmp_path / "r.md"
+        report.symlink_to(victim)
+    out = _cli("analyze", str(snap), "--json", "--report", str(report))
+    reliability.case(traceback="Traceback" in out.stderr, write=victim.read_text() != "keep\n")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert json.loads(out.stdout)["verdict"]["status"]  # the verdict came out first
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("vllmdiag: --report ")
+    assert victim.read_text() == "keep\n"
+
+
+def test_gate_junit_dev_null_and_prom_dev_full(tmp_path: Path) -> None:
+    out = _cli("gate", "--json", "--junit", "/dev/null", "--prom", "/dev/full", timeout=120)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert out.returncode == 2, out.stderr
+    assert json.loads(out.stdout)["gate"]["checks"]
+    assert out.stderr.strip() == "vllmdiag: --prom /dev/full: cannot write: No space left on device"
+
+
+def test_collect_out_directory_is_exit_2_after_stdout(tmp_path: Path) -> None:
+    out = _cli("collect", "--json", "--probe", "processes", "--out", str(tmp_path))
+    assert out.returncode == 2 and json.loads(out.stdout)["schema_version"] == 1
+    assert out.stderr.strip().endswith("is a directory; name a file")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("strace"), reason="needs root and strace")
+def test_strace_gate_never_opens_a_device_for_create_or_renames_onto_it(tmp_path: Path, reliability: Any) -> None:
+    """The original bug: rename(tmp, "/dev/null"). Now: /dev/null opened without O_CREAT/O_TRUNC, no rename."""
+    log = tmp_path / "strace.log"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    link = tmp_path / "victim-link.xml"
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    link.symlink_to(victim)
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=open,openat,rename,renameat,renameat2,truncate,unlink,unlinkat",
+                    "-o", str(log), sys.executable, "-m", "vllmdiag", "gate", "--junit", "/dev/null", "--prom",
+                    str(link)], capture_output=True, text=True, timeout=120, env=env)
+    lines = log.read_text().splitlines()
+    null_opens = [ln for ln in lines if '"/dev/null"' in ln and "open" in ln and "O_WRONLY" in ln]
+    bad = [ln for ln in lines if ("rename" in ln and "/dev/null" in ln) or (str(victim) in ln and "O_WRONLY" in ln)
+           or (str(link) in ln and ("O_WRONLY" in ln or "rename" in ln))]
+    bad += [ln for ln in null_opens if "O_CREAT" in ln or "O_TRUNC" in ln]
+    reliability.case(write=bool(bad))
+    assert null_opens and not bad, bad
+    assert victim.read_text() == "keep\n"
