@@ -56,6 +56,9 @@ class Snapshot:
     probes: dict[str, ProbeResult] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    # Follow-up passes of the cheap probes taken by triage's confirm window (oldest first, each with
+    # its own collected_at), so `analyze` of a saved file judges progress over the same window.
+    passes: list[Snapshot] = field(default_factory=list)
 
     def data(self, probe: str) -> dict[str, Any]:
         """The probe's data, or {} when the probe did not run or produced nothing."""
@@ -75,6 +78,7 @@ class Snapshot:
             "duration_s": self.duration_s,
             "options": self.options,
             "probes": {name: res.to_dict() for name, res in self.probes.items()},
+            **({"passes": [p.to_dict() for p in self.passes]} if self.passes else {}),
         }
 
     @classmethod
@@ -99,6 +103,7 @@ class Snapshot:
             probes=probes,
             options=_expect_dict(obj.get("options", {}), f"{where}.options"),
             schema_version=version,
+            passes=_passes(obj.get("passes"), where),
         )
 
 
@@ -183,6 +188,22 @@ class Verdict:
             "next_steps": list(self.next_steps),
             "confidence": self.confidence,
         }
+
+
+MAX_PASSES = 256
+
+
+def _passes(raw: Any, where: str) -> list[Snapshot]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > MAX_PASSES:
+        raise SnapshotError(f"{where}.passes: must be a list of at most {MAX_PASSES} snapshots")
+    out = []
+    for i, item in enumerate(raw):
+        if isinstance(item, dict) and item.get("passes"):
+            raise SnapshotError(f"{where}.passes[{i}]: a follow-up pass cannot hold passes of its own")
+        out.append(Snapshot.from_dict(item, f"{where}.passes[{i}]"))
+    return out
 
 
 def _expect_dict(raw: Any, where: str) -> dict[str, Any]:

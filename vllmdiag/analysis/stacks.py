@@ -206,6 +206,46 @@ def _main_name(threads: list[dict[str, Any]]) -> str | None:
     return "MainThread" if "MainThread" in names else (names[0] if names else None)
 
 
+# ---- where a process stops ------------------------------------------------------------------
+# Innermost frames of pure waiting: their line flickers between a spin and a poll (SpinCondition.wait,
+# vllm-internals 5.1) while the process stays where it is, so a stop point leaves them out.
+WAIT_FUNCS = frozenset({"poll", "sched_yield", "wait", "select", "sleep", "memory_fence", "get", "recv", "recv_into",
+                        "_wait_for_tstate_lock", "acquire", "epoll", "_recv", "_poll", "join", "result"})
+WAIT_FILES = ("zmq/*", "*threading.py", "*queue.py", "*selectors.py", "*socket.py", "*connection.py")
+# Library frames between a call site and the wait: a call site is the innermost frame outside them.
+LIBRARY_FILES = ("*vllm/distributed/*", "*torch/*", "*vllm/_custom_ops.py", "*contextlib.py", "*threading.py",
+                 "*queue.py", "zmq/*", "*multiprocessing/*", "*selectors.py", "*socket.py", "*triton/*",
+                 "*pynccl*.py", "*custom_all_reduce.py", "*communication_op.py", "*parallel_state.py",
+                 "*shm_broadcast.py", "*vllm/compilation/*", "*/_ops.py", "*graphs.py", "*streams.py")
+
+
+def thread_frames(threads: list[dict[str, Any]], sc: StackClass) -> list[Frame]:
+    """The frames of the thread that speaks for the process (the one its class came from)."""
+    for t in threads:
+        if str(t.get("name") or t.get("thread_name") or "") == (sc.thread or ""):
+            return [_frame(f) for f in t.get("frames") or []]
+    return [_frame(f) for f in (threads[0].get("frames") or [])] if threads else []
+
+
+def stop_signature(threads: list[dict[str, Any]], sc: StackClass) -> tuple[Any, ...]:
+    """Where the speaking thread stands, minus the waiting leaf: equal across samples = did not move."""
+    frames = thread_frames(threads, sc)
+    i = 0
+    while i < len(frames) and (_last(frames[i][0]) in WAIT_FUNCS or
+                               any(fnmatch.fnmatchcase(frames[i][1], g) for g in WAIT_FILES)):
+        i += 1
+    return (sc.label, tuple(frames[i:]))
+
+
+def call_site(frames: list[Frame]) -> str | None:
+    """``file:line`` of the innermost frame outside collective/wait libraries: where the code asked
+    for the collective or the sync (two ranks in all_reduce from different lines disagree)."""
+    for f in frames:
+        if f[1] and not any(fnmatch.fnmatchcase(f[1], g) for g in LIBRARY_FILES):
+            return f"{f[1]}:{f[2]}"
+    return None
+
+
 # ---- loading and validation ------------------------------------------------------------------
 @functools.lru_cache(maxsize=8)
 def _load_cached(extra: str | None) -> Rules:

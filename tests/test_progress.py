@@ -1,0 +1,89 @@
+"""Progress over passes (analysis/progress.py) on snapshots of the real vLLM 0.33 code."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
+from vllmdiag.analysis.stacks import StackClass, call_site, stop_signature
+from vllmdiag.model import Snapshot
+
+REAL = Path(__file__).parent / "data" / "vllm-real"
+
+
+def _snap(letter: str) -> Snapshot:
+    path = next(REAL.glob(f"snap-{letter}-*.json"))
+    return Snapshot.from_dict(json.loads(path.read_text()))
+
+
+def later(snap: Snapshot, seconds: float, tokens: float | None = None) -> Snapshot:
+    """A follow-up pass: the same picture `seconds` later, optionally with other token counters."""
+    raw: dict[str, Any] = copy.deepcopy(snap.to_dict())
+    raw.pop("passes", None)
+    at = dt.datetime.fromisoformat(snap.collected_at) + dt.timedelta(seconds=seconds)
+    raw["collected_at"] = at.isoformat()
+    if tokens is not None:
+        for server in raw["probes"]["http"]["data"]["servers"]:
+            for m in server["metrics"]:
+                m["generation_tokens"] = tokens
+    return Snapshot.from_dict(raw)
+
+
+def test_idle_deployment_has_no_work_in_flight() -> None:
+    (p,) = deployment_progress([_snap("a")])
+    assert not p.work_in_flight and not is_stalled(p)
+
+
+def test_engine_waiting_with_a_request_running_is_in_flight_and_still() -> None:
+    (p,) = deployment_progress([_snap("g")])
+    assert p.work_in_flight and not p.moved and is_stalled(p)
+    assert any("request(s) running" in w for w in p.in_flight)
+    assert any("engine_waiting_workers" in w for w in p.in_flight)
+
+
+def test_same_picture_over_a_window_stays_stalled_and_window_is_measured() -> None:
+    snap = _snap("g")
+    (p,) = deployment_progress([snap, later(snap, 2.0), later(snap, 4.0)])
+    assert is_stalled(p) and p.window_s >= 4.0 and p.passes == 3
+    assert any("held" in s for s in p.still)
+
+
+def test_token_counter_that_grows_is_progress() -> None:
+    snap = later(_snap("g"), 0.0, tokens=10)
+    (still,) = deployment_progress([snap, later(snap, 1.0, tokens=10)])
+    assert is_stalled(still) and "generation tokens stayed at 10" in still.still
+    (p,) = deployment_progress([snap, later(snap, 1.0, tokens=1e6)])
+    assert p.moved and not is_stalled(p)
+    assert any(w.startswith("generation tokens") for w in p.moved_what)
+
+
+def test_passes_round_trip_through_json_and_old_snapshots_have_none() -> None:
+    snap = _snap("g")
+    assert snap.passes == [] and "passes" not in snap.to_dict()
+    snap.passes = [later(snap, 1.0)]
+    again = Snapshot.from_dict(json.loads(json.dumps(snap.to_dict())))
+    assert [s.collected_at for s in all_passes(again)] == [s.collected_at for s in all_passes(snap)]
+
+
+def test_stop_signature_ignores_the_waiting_leaf() -> None:
+    base = [["_wait_until_readable", "vllm/distributed/device_communicators/shm_broadcast.py", 871],
+            ["get_response", "vllm/v1/executor/multiproc_executor.py", 507]]
+    spin = [{"name": "MainThread", "frames": [["sched_yield", "vllm/distributed/utils.py", 40],
+                                              ["wait", "vllm/distributed/device_communicators/shm_broadcast.py", 219],
+                                              *base]}]
+    poll = [{"name": "MainThread", "frames": [["poll", "zmq/sugar/poll.py", 106],
+                                              ["wait", "vllm/distributed/device_communicators/shm_broadcast.py", 221],
+                                              *base]}]
+    sc = StackClass("engine_waiting_workers", thread="MainThread")
+    assert stop_signature(spin, sc) == stop_signature(poll, sc)
+
+
+def test_call_site_is_the_first_frame_outside_the_collective_library() -> None:
+    frames = [("ncclAllReduce", "vllm/distributed/device_communicators/pynccl_wrapper.py", 300),
+              ("all_reduce", "vllm/distributed/parallel_state.py", 500),
+              ("forward", "vllm/model_executor/models/minimax_m2.py", 136)]
+    assert call_site(frames) == "vllm/model_executor/models/minimax_m2.py:136"

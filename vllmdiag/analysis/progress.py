@@ -1,0 +1,207 @@
+"""Progress per deployment over successive passes of one node: did work move? (pure)
+
+"Healthy" must mean we saw it move. A deployment has **work in flight** when requests run or wait
+(/metrics), a ring holds unread slots, or its EngineCore or a worker is inside a step (stacks). It
+**moved** when a token or request counter grew, a ring's flags changed, or a compute process's stack
+changed its stop point (the innermost frames of pure waiting -- poll, sched_yield, a condition
+wait -- are dropped first, so a waiter whose spin leaf flickers is still). CPU time is reported but
+never counts as movement: a host thread waiting on a wedged GPU or spinning in ``sched_yield`` burns
+a full core while nothing moves (vllm-internals 5.1, 5.3). A deployment with work in flight and
+nothing moved over the window is stalled; ``window_s`` says how long we looked.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllmdiag.analysis.deployments import Deployment, find_deployments, role_of
+from vllmdiag.analysis.stacks import StackClass, classify_threads, stop_signature
+from vllmdiag.model import Snapshot
+
+COUNTERS = ("generation_tokens", "prompt_tokens", "steps", "requests_finished")
+# Stack classes that mean the process is inside a step (or a startup phase that must finish).
+STEP_CLASSES = ("collective", "sync_point", "executing", "compiling", "engine_waiting_workers",
+                "engine_blocked_full_ring", "writer_blocked_full_ring", "engine_busy", "nccl_init")
+COMPUTE_ROLES = ("engine_core", "worker")
+
+
+@dataclass
+class Progress:
+    deployment_id: str
+    work_in_flight: bool
+    moved: bool
+    moved_what: list[str] = field(default_factory=list)
+    still: list[str] = field(default_factory=list)
+    window_s: float = 0.0
+    in_flight: list[str] = field(default_factory=list)  # what says work is in flight
+    passes: int = 1
+    cpu_s: dict[int, float] = field(default_factory=dict)  # pid -> CPU seconds used over the window
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"deployment": self.deployment_id, "work_in_flight": self.work_in_flight, "moved": self.moved,
+                "moved_what": self.moved_what, "still": self.still, "window_s": self.window_s,
+                "in_flight": self.in_flight, "passes": self.passes,
+                "cpu_s": {str(k): v for k, v in sorted(self.cpu_s.items())}}
+
+
+def is_stalled(p: Progress) -> bool:
+    return p.work_in_flight and not p.moved
+
+
+def all_passes(snapshot: Snapshot) -> list[Snapshot]:
+    """The quick pass followed by the confirm window's follow-up passes stored inside it."""
+    return [snapshot, *snapshot.passes]
+
+
+def deployment_progress(passes: list[Snapshot], deployments: list[Deployment] | None = None) -> list[Progress]:
+    """``passes``: successive snapshots of ONE node, oldest first. Deployments come from the first."""
+    if not passes:
+        return []
+    deps = deployments if deployments is not None else find_deployments(passes[0])
+    window = _window(passes)
+    return [_one(passes, dep, window) for dep in deps]
+
+
+def _one(passes: list[Snapshot], dep: Deployment, window: float) -> Progress:
+    p = Progress(dep.id, False, False, window_s=window, passes=len(passes))
+    _metrics(passes, dep, p)
+    _rings(passes, dep, p)
+    _stacks(passes, dep, p)
+    p.cpu_s = _cpu(passes, dep)
+    p.work_in_flight = bool(p.in_flight)
+    p.moved = bool(p.moved_what)
+    return p
+
+
+# ---- window ------------------------------------------------------------------------------------
+def _window(passes: list[Snapshot]) -> float:
+    """Seconds between the first and the last observation: pass timestamps plus in-pass sampling."""
+    inner = max((_inner_window(s) for s in passes), default=0.0)
+    first, last = _at(passes[0]), _at(passes[-1])
+    span = (last - first) if first is not None and last is not None else 0.0
+    return round(max(inner, span + _inner_window(passes[0])), 2)
+
+
+def _inner_window(snap: Snapshot) -> float:
+    rings = [float(r.get("window_s") or 0.0) for r in snap.data("rings").get("rings", []) or [] if isinstance(r, dict)]
+    gap = float(snap.data("http").get("sample_gap_s") or 0.0)
+    dumps = snap.data("stacks").get("dumps", []) or []
+    again = max((float((d.get("resample") or {}).get("after_s") or 0.0) for d in dumps if isinstance(d, dict)),
+                default=0.0)
+    return max([gap, again, *rings])
+
+
+def _at(snap: Snapshot) -> float | None:
+    try:
+        return _dt.datetime.fromisoformat(snap.collected_at).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+# ---- /metrics ----------------------------------------------------------------------------------
+def metric_samples(snap: Snapshot, dep: Deployment) -> list[dict[str, Any]]:
+    out = []
+    for server in snap.data("http").get("servers", []) or []:
+        if isinstance(server, dict) and set(server.get("pids") or []) & dep.pids:
+            out += [m for m in server.get("metrics") or [] if isinstance(m, dict) and m.get("status") == 200]
+    return out
+
+
+def _metrics(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
+    samples = [m for s in passes for m in metric_samples(s, dep)]
+    if not samples:
+        return
+    first, last = samples[0], samples[-1]
+    for key in COUNTERS:
+        a, b = first.get(key), last.get(key)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            if b != a:
+                p.moved_what.append(f"{key.replace('_', ' ')} {a:.0f} -> {b:.0f}")
+            elif len(samples) > 1:
+                p.still.append(f"{key.replace('_', ' ')} stayed at {b:.0f}")
+    running, waiting = last.get("running") or 0, last.get("waiting") or 0
+    if running or waiting:
+        p.in_flight.append(f"{running:.0f} request(s) running, {waiting:.0f} waiting")
+
+
+# ---- rings -------------------------------------------------------------------------------------
+def _rings(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
+    seen: dict[tuple[Any, Any], str | None] = {}
+    moved: set[str] = set()
+    unread: dict[str, int] = {}
+    looks: dict[str, int] = {}
+    for snap in passes:
+        for r in snap.data("rings").get("rings", []) or []:
+            if not isinstance(r, dict) or not set(r.get("mapped_by") or []) & dep.pids:
+                continue
+            name = str(r.get("name"))
+            key = (name, r.get("inode"))
+            flags = _last_flags(r)
+            if r.get("moved") or (key in seen and flags is not None and seen[key] not in (None, flags)):
+                moved.add(name)
+            seen[key] = flags if flags is not None else seen.get(key)
+            looks[name] = looks.get(name, 0) + int(r.get("sample_count") or 1)
+            unread[name] = max((int(u) for u in r.get("unread_slots") or [] if isinstance(u, int)), default=0)
+    p.moved_what += [f"ring {n} flags changed" for n in sorted(moved)]
+    p.still += [f"ring {n} still" for n, k in sorted(looks.items()) if k > 1 and n not in moved]
+    p.in_flight += [f"ring {n} holds {u} unread slot(s)" for n, u in sorted(unread.items()) if u and n not in moved]
+
+
+def _last_flags(ring: dict[str, Any]) -> str | None:
+    flags = [s.get("flags") for s in ring.get("samples") or [] if isinstance(s, dict) and isinstance(s.get("flags"), str)]
+    return flags[-1] if flags else None
+
+
+# ---- stacks ------------------------------------------------------------------------------------
+def stack_observations(passes: list[Snapshot], dep: Deployment) -> dict[int, list[tuple[StackClass, tuple[Any, ...]]]]:
+    """pid -> (class, stop signature) per observation, in time order (dump, its resample, next pass...)."""
+    roles = {p["pid"]: role_of(p) for p in dep.processes}
+    out: dict[int, list[tuple[StackClass, tuple[Any, ...]]]] = {}
+    for snap in passes:
+        for d in snap.data("stacks").get("dumps", []) or []:
+            if not isinstance(d, dict) or roles.get(d.get("pid")) not in COMPUTE_ROLES:
+                continue
+            for threads in (d.get("threads"), (d.get("resample") or {}).get("threads")):
+                if threads:
+                    sc = classify_threads(threads, roles[d["pid"]])
+                    out.setdefault(int(d["pid"]), []).append((sc, stop_signature(threads, sc)))
+    return out
+
+
+def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
+    names = {q["pid"]: _short(q) for q in dep.processes}
+    moved, still, busy = [], [], []
+    for pid, obs in sorted(stack_observations(passes, dep).items()):
+        last = obs[-1][0]
+        if last.name in STEP_CLASSES:
+            busy.append(f"{names.get(pid, pid)} {last.label}")
+        if len(obs) < 2:
+            continue
+        if len({sig for _, sig in obs}) > 1:
+            moved.append(str(names.get(pid, pid)))
+        elif last.name in STEP_CLASSES:
+            still.append(f"{names.get(pid, pid)} held {last.label} at {last.where}")
+    if moved:
+        p.moved_what.append("stacks changed: " + ", ".join(moved[:8]))
+    p.still += still
+    if busy:
+        p.in_flight.append("in a step: " + ", ".join(busy[:8]) + (" ..." if len(busy) > 8 else ""))
+
+
+def _short(proc: dict[str, Any]) -> str:
+    name = str(proc.get("name") or "")
+    return name.replace("Worker_", "") if name else f"{role_of(proc)} {proc['pid']}"
+
+
+# ---- CPU ---------------------------------------------------------------------------------------
+def _cpu(passes: list[Snapshot], dep: Deployment) -> dict[int, float]:
+    if len(passes) < 2:
+        return {}
+    def times(snap: Snapshot) -> dict[int, float]:
+        return {int(q["pid"]): float(q.get("cpu_user_s") or 0.0) + float(q.get("cpu_system_s") or 0.0)
+                for q in snap.data("processes").get("processes", []) or []
+                if isinstance(q, dict) and q.get("pid") in dep.pids and role_of(q) in COMPUTE_ROLES}
+    a, b = times(passes[0]), times(passes[-1])
+    return {pid: round(b[pid] - a[pid], 2) for pid in a if pid in b}
