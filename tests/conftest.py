@@ -31,16 +31,18 @@ requires_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
 
 class ReliabilityCounter:
-    """Counts reliability cases so the run ends with one honest line: tried, hangs, writes, tracebacks."""
+    """Counts reliability cases so the run ends with one honest line: tried, hangs, writes, tracebacks,
+    and unsafe outcomes (a foreign binary run, a secret printed, a target signalled that we did not stop)."""
 
     def __init__(self) -> None:
-        self.cases = self.hangs = self.writes = self.tracebacks = 0
+        self.cases = self.hangs = self.writes = self.tracebacks = self.unsafe = 0
 
-    def case(self, *, hang: bool = False, write: bool = False, traceback: bool = False) -> None:
+    def case(self, *, hang: bool = False, write: bool = False, traceback: bool = False, unsafe: bool = False) -> None:
         self.cases += 1
         self.hangs += int(hang)
         self.writes += int(write)
         self.tracebacks += int(traceback)
+        self.unsafe += int(unsafe)
 
 
 _COUNTER = ReliabilityCounter()
@@ -58,7 +60,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     c = _COUNTER
     if c.cases:
         terminalreporter.write_line(
-            f"reliability: {c.cases} cases tried, hangs {c.hangs}, writes {c.writes}, tracebacks {c.tracebacks}")
+            f"reliability: {c.cases} cases tried, hangs {c.hangs}, writes {c.writes}, tracebacks {c.tracebacks}, "
+            f"unsafe {c.unsafe}")
 
 
 class AccuracyMatrix:
@@ -181,6 +184,10 @@ RELIABILITY_TESTS = {
                   "test_non_vllm_segments_are_rejected_with_a_reason", "test_bad_usage_and_config_exit_2_with_one_line",
                   "test_malformed_snapshot_one_line_exit_2", "test_any_json_value", "test_corrupted_probe_data",
                   "test_corrupted_real_snapshot"),
+    # issue 15 (hardening): a foreign binary run as root, a secret that reaches output, a signal to a target
+    # we did not stop, an ssh option that runs a command.
+    "unsafe": ("test_ship_never_runs_a_decoy_python", "test_ship_python_pointing_at_a_user_file_is_refused",
+               "test_snippet_refuses_writable_directories_and_non_pythons"),
 }
 _KIND = {name: kind for kind, names in RELIABILITY_TESTS.items() for name in names}
 
@@ -192,4 +199,4 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if kind is None:
         return
     _COUNTER.case(hang=kind == "hang" and report.failed, write=kind == "write" and report.failed,
-                  traceback=kind == "traceback" and report.failed)
+                  traceback=kind == "traceback" and report.failed, unsafe=kind == "unsafe" and report.failed)

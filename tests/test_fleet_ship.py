@@ -44,7 +44,7 @@ def test_shipped_py_spy_is_unpacked_beside_the_bundle(tmp_path: Path) -> None:
 
 def test_ship_snippet_reads_the_bundle_from_stdin_and_cleans_up(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.run(["sh", "-c", SHIP_SNIPPET, "vllmdiag-ship", "--json", "--probe", "host", "--node", "x"],
+    proc = subprocess.run(["sh", "-c", SHIP_SNIPPET, "vllmdiag-ship", "", "--json", "--probe", "host", "--node", "x"],
                           input=build_zipapp(), capture_output=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["node"] == "x"

@@ -34,6 +34,8 @@ def sweep_command(
     remote_cmd: Annotated[str, _opt("--remote-cmd", help="the vllmdiag program on the nodes")] = "vllmdiag",
     ship: Annotated[bool, _opt("--ship", help="copy a self-contained collector and run it with vLLM's Python")] = False,
     ship_py_spy: Annotated[bool, _opt("--ship-py-spy/--no-ship-py-spy", help="with --ship: bundle py-spy too")] = True,
+    ship_python: Annotated[str | None, _opt("--ship-python", help="with --ship: the node's Python to run (root-owned, "
+                                            "not writable by others); default: vLLM's if trusted, else /usr/bin/python3")] = None,
     timeout: Annotated[float, _opt("--timeout", help="per-node deadline in seconds (connect + collect)")] = 20.0,
     connect_timeout: Annotated[float, _opt("--connect-timeout", help="ssh connect timeout in seconds")] = 5.0,
     sweep_timeout: Annotated[float | None, _opt("--sweep-timeout", help="whole-sweep deadline in seconds")] = None,
@@ -63,10 +65,13 @@ def sweep_command(
         raise UsageError("--sweep-timeout must be between 0.5 and 86400 seconds")
     if not 1 <= fanout <= 4096:
         raise UsageError("--fanout must be between 1 and 4096")
+    if ship_python is not None and not ship:
+        raise UsageError("--ship-python needs --ship")
     inv = load_inventory(inventory) if inventory else None
     names = resolve_nodes([nodeset or "", *(nodes or [])], hostfile, inv)
     transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
-                          connect_timeout_s=connect_timeout, strict_host_key_checking=strict, probes=tuple(probe or ()))
+                          ship_python=ship_python, connect_timeout_s=connect_timeout, strict_host_key_checking=strict,
+                          probes=tuple(probe or ()))
     plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=timeout, fanout=fanout,
                      sweep_timeout_s=sweep_timeout)
     if gate:

@@ -15,7 +15,8 @@ from vllmdiag.cli_errors import UsageError
 from vllmdiag.fleet.nodes import MAX_NODES, NODE_NAME, check_name, estimate_size
 
 _OPTION = re.compile(r"-o[A-Za-z]+=[^\s]{1,512}")
-_CONN_KEYS = ("address", "user", "port", "identity_file", "known_hosts_file", "strict_host_key_checking", "ssh_options")
+_CONN_KEYS = ("address", "user", "port", "identity_file", "known_hosts_file", "strict_host_key_checking", "ssh_options",
+              "ship_python")
 STRICT_VALUES = ("yes", "no", "accept-new")
 
 
@@ -30,6 +31,7 @@ class NodeConn:
     known_hosts_file: str | None = None
     strict_host_key_checking: str | None = None
     ssh_options: tuple[str, ...] = ()
+    ship_python: str | None = None  # sweep --ship: the interpreter to run the collector with on this node
 
 
 @dataclass
@@ -93,6 +95,13 @@ def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
             if key not in ("address", "user") and (not value or value.startswith("-") or "\n" in value):
                 raise UsageError(f"{where}: {key} {value!r} is not a valid path")
             out = replace(out, **{key: value})  # type: ignore[arg-type]
+    if "ship_python" in obj:
+        from vllmdiag.fleet.ship import SHIP_PYTHON
+
+        value = str(obj["ship_python"])
+        if not re.fullmatch(SHIP_PYTHON, value):
+            raise UsageError(f"{where}: ship_python {value!r} must be an absolute path of plain characters")
+        out = replace(out, ship_python=value)
     if "port" in obj:
         port = obj["port"]
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:

@@ -12,6 +12,53 @@ import os
 import zipfile
 from pathlib import Path
 
+SHIP_ARGV0 = "vllmdiag-ship"
+EXIT_NO_TRUSTED_PYTHON = 96
+# Runs the shipped collector (read from stdin) on the node, as whoever ssh logs in as (often root). The
+# interpreter is the one hole: anything we exec runs with our rights on every node swept. So only ever
+# an interpreter nobody else can change (issue 15 item 1): the resolved file and every directory above
+# it owned by root (or by us) and not writable by group or others, and named like a Python. $1 is the
+# operator's choice (--ship-python / inventory ship_python; "" for none): then that one or nothing.
+# Otherwise the first trusted exe of a VLLM:: process (vLLM's own environment, where pynvml lives),
+# then fixed system paths. Never a name looked up on PATH. Fixed text: node names arrive only as "$@".
+SHIP_SNIPPET = r"""want=$1; shift
+me=$(id -u); py=""; why=""
+safe() {
+  s=$(stat -c '%u %a' "$1" 2>/dev/null) || { why="$1 cannot be inspected"; return 1; }
+  case ${s%% *} in 0|"$me") ;; *) why="$1 is owned by uid ${s%% *}"; return 1 ;; esac
+  case ${s#* } in *[2367]?|*[2367]) why="$1 is writable by group or others (mode ${s#* })"; return 1 ;; esac
+}
+trusted() {
+  case $1 in /*) ;; *) why="$1 is not an absolute path"; return 1 ;; esac
+  r=$(readlink -f "$1" 2>/dev/null) && [ -f "$r" ] && [ -x "$r" ] || { why="$1 is not an executable file"; return 1; }
+  case ${r##*/} in python|python[0-9]|python[0-9].[0-9]|python[0-9].[0-9][0-9]) ;;
+    *) why="$1 ($r) is not named like a Python interpreter"; return 1 ;; esac
+  x=$r
+  while :; do safe "$x" || return 1; [ "$x" = / ] && break; x=$(dirname "$x"); done
+  py=$r
+}
+if [ -n "$want" ]; then
+  trusted "$want" || { echo "vllmdiag-ship: refusing --ship-python: $why (it would run as $(id -un))" >&2; exit 96; }
+else
+  n=0
+  for f in /proc/[0-9]*/cmdline; do
+    case "$(head -c 6 "$f" 2>/dev/null | tr -d '\000')" in
+      VLLM::) n=$((n + 1)); [ "$n" -gt 16 ] && break
+              p=$(readlink "${f%/cmdline}/exe" 2>/dev/null) && trusted "$p" && break ;;
+    esac
+  done
+  [ -n "$py" ] || for p in /usr/bin/python3 /usr/local/bin/python3; do trusted "$p" && break; done
+  [ -n "$py" ] || { echo "vllmdiag-ship: no trusted Python on this node (last seen: ${why:-none}); pass" \
+                    "--ship-python PATH (root-owned, not writable by others) or install vllmdiag there" >&2; exit 96; }
+fi
+d=$(mktemp -d "${TMPDIR:-/tmp}/vllmdiag.XXXXXX") || exit 97
+trap 'rm -rf "$d"' EXIT
+cat > "$d/collect.pyz" || exit 97
+VLLMDIAG_SHIPPED=1 "$py" -I "$d/collect.pyz" "$@"
+"""
+# A path the operator names for --ship-python: absolute, plain characters (it travels in a shell line).
+SHIP_PYTHON = r"/[A-Za-z0-9_.+/-]{1,1023}"
+
 # Front-end packages the node never needs; keeping them out keeps the bundle small and its imports lean.
 _SKIP_DIRS = ("render", "fleet", "gate")
 _SKIP_FILES = ("cli.py", "__main__.py")

@@ -12,22 +12,7 @@ from dataclasses import dataclass
 
 from vllmdiag.cli_errors import UsageError
 from vllmdiag.fleet.inventory import STRICT_VALUES, Inventory, NodeConn
-
-SHIP_ARGV0 = "vllmdiag-ship"
-# Runs the shipped collector (read from stdin) with the Python of a running vLLM process, so nothing
-# must be installed on the node. Fixed text: node names and options only ever arrive as "$@".
-SHIP_SNIPPET = r"""d=$(mktemp -d "${TMPDIR:-/tmp}/vllmdiag.XXXXXX") || exit 97
-trap 'rm -rf "$d"' EXIT
-cat > "$d/collect.pyz" || exit 97
-py=""
-for f in /proc/[0-9]*/cmdline; do
-  case "$(head -c 6 "$f" 2>/dev/null | tr -d '\000')" in
-    VLLM::) p=$(readlink "${f%/cmdline}/exe" 2>/dev/null) && [ -x "$p" ] && { py=$p; break; } ;;
-  esac
-done
-[ -n "$py" ] || py=python3
-VLLMDIAG_SHIPPED=1 "$py" "$d/collect.pyz" "$@"
-"""
+from vllmdiag.fleet.ship import SHIP_ARGV0, SHIP_PYTHON, SHIP_SNIPPET
 
 
 @dataclass(frozen=True)
@@ -36,6 +21,7 @@ class Transport:
     remote_cmd: str = "vllmdiag"
     ship: bool = False
     ship_py_spy: bool = True  # with --ship: bundle this machine's py-spy (used where the node has none)
+    ship_python: str | None = None  # with --ship: the interpreter to run (else the snippet picks a trusted one)
     connect_timeout_s: float = 5.0
     strict_host_key_checking: str | None = None
     ssh_path: str = "ssh"
@@ -51,6 +37,8 @@ class Transport:
                 raise UsageError("--exec template must contain %h (the node name), e.g. 'kubectl exec %h --'")
         if not _split(self.remote_cmd, "--remote-cmd"):
             raise UsageError("--remote-cmd must not be empty")
+        if self.ship_python is not None and not re.fullmatch(SHIP_PYTHON, self.ship_python):
+            raise UsageError(f"--ship-python {self.ship_python!r}: give an absolute path of plain characters")
         if self.strict_host_key_checking not in (None, *STRICT_VALUES):
             raise UsageError(f"--strict-host-key-checking must be one of {', '.join(STRICT_VALUES)}")
 
@@ -59,20 +47,22 @@ class Transport:
         return "exec" if self.exec_template else "ssh"
 
 
-def remote_argv(transport: Transport, node: str, budget_s: float) -> list[str]:
+def remote_argv(transport: Transport, node: str, budget_s: float, conn: NodeConn | None = None) -> list[str]:
     args = ["--json", "--node", node, "--budget", f"{budget_s:.1f}"]
     for probe in transport.probes:
         args += ["--probe", probe]
     if transport.ship:
-        return ["sh", "-c", SHIP_SNIPPET, SHIP_ARGV0, *args]
+        # The command line's choice wins over the inventory's; "" lets the snippet pick a trusted one.
+        python = transport.ship_python or (conn.ship_python if conn else None) or ""
+        return ["sh", "-c", SHIP_SNIPPET, SHIP_ARGV0, python, *args]
     return [*_split(transport.remote_cmd, "--remote-cmd"), "collect", *args]
 
 
 def node_argv(transport: Transport, node: str, inventory: Inventory | None, budget_s: float) -> list[str]:
-    remote = remote_argv(transport, node, budget_s)
+    conn = inventory.conn(node) if inventory else NodeConn()
+    remote = remote_argv(transport, node, budget_s, conn)
     if transport.exec_template:
         return [t.replace("%h", node) for t in _split(transport.exec_template, "--exec")] + remote
-    conn = inventory.conn(node) if inventory else NodeConn()
     return ssh_argv(transport, node, conn) + [shlex.join(remote)]
 
 
