@@ -231,14 +231,25 @@ def playbook_command(
 
 def demo_command(
     fault: Annotated[str, _opt("--fault", help="fault to inject (see `vllmdiag sim list-faults`)")] = "straggler",
-    tp: Annotated[int, _opt("--tp", help="tensor-parallel size (1-8)")] = 4,
+    tp: Annotated[int | None, _opt("--tp", help="tensor-parallel size (1-8; default 4, with --fleet 2 per node)")] = None,
+    rank: Annotated[int | None, _opt("--rank", help="TP rank the fault targets (default: the last)")] = None,
+    fleet: Annotated[bool, _opt("--fleet", help="start a few namespaced nodes (root) and sweep them")] = False,
+    nodes: Annotated[int, _opt("--nodes", help="with --fleet: how many nodes (2-8)")] = 4,
+    report: Annotated[Path | None, _opt("--report", help="also write a self-contained .html or .md report")] = None,
 ) -> int:
-    """Start a simulated hung vLLM deployment, triage it, show the verdict, tear it all down."""
+    """Start a simulated hung vLLM deployment, say what was injected, triage it, say if it was found, tear down."""
+    if tp is not None and not 1 <= tp <= 8:
+        raise UsageError("--tp must be between 1 and 8")
+    _check_report_name(report)
+    if fleet:
+        from vllmdiag.demo_fleet import demo_fleet
+
+        if not 2 <= nodes <= 8:
+            raise UsageError("--nodes must be between 2 and 8")
+        return int(demo_fleet(fault=fault, nodes=nodes, tp=tp or 2, rank=rank, report=report))
     from vllmdiag.demo import demo
 
-    if not 1 <= tp <= 8:
-        raise UsageError("--tp must be between 1 and 8")
-    return int(demo(fault=fault, tp=tp))
+    return int(demo(fault=fault, tp=tp or 4, rank=rank, report=report))
 
 
 def _check_report_name(report: Path | None) -> None:

@@ -1,30 +1,190 @@
-"""`vllmdiag demo`: a simulated hung vLLM deployment, started, triaged and torn down."""
+"""`vllmdiag demo`: a simulated hung vLLM deployment, started, faulted, triaged, graded, torn down.
+
+It teaches by saying what it does: which fault it injects into which rank and pid, what the fault
+catalog expects triage to answer, and at the end whether the verdict named what was injected.
+"""
 
 from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from vllmdiag_sim.deployment import Deployment
+from vllmdiag.cli_errors import UsageError
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def demo(fault: str = "straggler", tp: int = 4) -> int:
-    """Start a deployment with `fault` in place, triage it, tear it down; the triage exit code."""
-    from vllmdiag import api
-
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # teardown on kill as on Ctrl-C
+@contextmanager
+def teardown_on_sigterm() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C, so every `with` that started something tears it down."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        print(f"vllmdiag demo: starting a simulated vLLM 0.33 deployment (TP={tp}, fault={fault}) ...",
-              file=sys.stderr)
-        with Deployment.up(tp=tp, fault=fault) as dep:
-            print(f"deployment {dep.id} is up (API server pid {dep.root_pid}); triaging ...", file=sys.stderr)
-            result = api.triage(pids=[dep.root_pid])
-            result.render()
-            return int(result.exit_code)
+        yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@dataclass
+class Injected:
+    """What the demo put in place, to grade the verdict against."""
+
+    fault: str
+    rank: int | None
+    pid: int | None
+    what: str
+    expect: tuple[str, str | None, str | None]  # status, layer, who (vllmdiag_sim.faults.EXPECTED)
+    clients: list[int] = field(default_factory=list)
+    root_pid: int = 0
+
+
+def check_fault(fault: str, tp: int, rank: int | None) -> None:
+    from vllmdiag_sim.faults import EXPECTED, FAULTS, RANKED
+
+    if fault not in FAULTS:
+        raise UsageError(f"unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
+    if fault in RANKED and tp < 2:
+        raise UsageError(f"--fault {fault} needs worker processes: use --tp 2 or more")
+    if rank is not None and not 0 <= rank < tp:
+        raise UsageError(f"--rank must be between 0 and {tp - 1} for --tp {tp}")
+    assert fault in EXPECTED, f"fault catalog has no expectation for {fault}"
+
+
+def say(console: Any, text: str) -> None:
+    console.print(f"[bold cyan]demo[/] {text}", highlight=False)
+
+
+def demo(fault: str = "straggler", tp: int = 4, rank: int | None = None, report: Path | None = None,
+         console: Any = None) -> int:
+    """Start a deployment, inject `fault`, triage it, say whether it was found; the triage exit code."""
+    from vllmdiag import api
+    from vllmdiag.render.text import make_console
+    from vllmdiag_sim.deployment import Deployment
+    from vllmdiag_sim.faults import FAULTS, RANKED
+
+    check_fault(fault, tp, rank)
+    console = console or make_console()
+    if fault in RANKED and rank is None:
+        rank = tp - 1
+    with teardown_on_sigterm():
+        say(console, f"starting a simulated vLLM 0.33 deployment: `vllm serve facebook/opt-125m "
+                     f"--tensor-parallel-size {tp}` (real processes, shared-memory rings, ZMQ, HTTP) ...")
+        start_fault = fault if fault == "shm-small" else "healthy"  # shm-small exists only from the start
+        with Deployment.up(tp=tp, fault=start_fault) as dep:
+            say(console, f"up: API server pid {dep.root_pid}, EngineCore pid {dep.engine_pid()}, "
+                         f"workers {_workers(dep)}")
+            injected = inject(dep, fault, rank)
+            say(console, f"injected [bold]{fault}[/]: {FAULTS[fault]}" + _target(injected))
+            say(console, "expected answer: " + expected_text(injected))
+            say(console, f"triaging, as `vllmdiag triage --pid {dep.root_pid}` would ...")
+            result = api.triage(pids=[dep.root_pid])
+            result.render(console)
+            if report is not None:
+                from vllmdiag.render.files import write_report
+
+                write_report(result.report, report)
+                say(console, f"report written to {report}")
+            found, why = grade(result.report.to_dict()["verdict"], injected)
+            mark = "[bold green]FOUND[/]" if found else "[bold red]MISSED[/]"
+            say(console, f"{mark} {why}")
+            say(console, "tearing the deployment down (processes, segments, socket files) ...")
+        say(console, f"done; exit code {result.exit_code} is triage's ({_exit_meaning(result.exit_code)}). "
+                     "Try another fault: `vllmdiag demo --fault F` (list: `vllmdiag sim list-faults`), "
+                     "or a fleet: `vllmdiag demo --fleet`.")
+        return int(result.exit_code)
+
+
+def inject(dep: Any, fault: str, rank: int | None) -> Injected:
+    from vllmdiag_sim.faults import EXPECTED
+
+    who = EXPECTED[fault][2]
+    pid: int | None = None
+    if who == "worker":
+        pid = dep.worker_pid(rank)  # before the fault: a killed worker is no longer listed
+    elif who == "engine_core":
+        pid = dep.engine_pid()
+    elif who == "api_server":
+        pid = dep.root_pid
+    if fault not in ("healthy", "shm-small"):
+        dep.inject(fault, rank)
+    clients = list(dep.pids_by_role.get("client", []))
+    if who == "client" and clients:
+        pid = clients[-1]
+    title = {"worker": f"VLLM::Worker_TP{rank}", "engine_core": "VLLM::EngineCore", "api_server": "the API server",
+             "client": "the HTTP client"}.get(who or "", "")
+    return Injected(fault, rank if who == "worker" else None, pid, title, EXPECTED[fault], clients, dep.root_pid)
+
+
+def _workers(dep: Any) -> str:
+    pids = dep.pids_by_role.get("worker", [])
+    return ", ".join(str(p) for p in pids) if pids else "none (TP=1 runs the model in the EngineCore)"
+
+
+def _target(inj: Injected) -> str:
+    if inj.pid is None:
+        return ""
+    rank = f" rank {inj.rank}" if inj.rank is not None else ""
+    return f" -> {inj.what}{rank}, pid {inj.pid}"
+
+
+def expected_text(inj: Injected) -> str:
+    status, layer, who = inj.expect
+    text = status + (f" at the {layer} layer" if layer else "")
+    if inj.pid is not None:
+        text += f", culprit {inj.what}" + (f" rank {inj.rank}" if inj.rank is not None else "") + f" (pid {inj.pid})"
+    elif who == "segments":
+        text += " (shared-memory segments; no process to blame)"
+    return text
+
+
+def grade(verdict: dict[str, Any], inj: Injected) -> tuple[bool, str]:
+    """Did the verdict (the JSON contract) name what was injected? With a sentence saying why."""
+    status, layer, who = inj.expect
+    got = verdict["status"] + (f" at the {verdict['layer']} layer" if verdict.get("layer") else "")
+    culprits = verdict.get("culprits") or []
+    top = culprits[0] if culprits else None
+    named = top is not None and blames(top, inj)
+    if (verdict["status"], verdict.get("layer")) != (status, layer):
+        return False, f"vllmdiag answered {got}; the injected {inj.fault} should read {expected_text(inj)}."
+    if who in ("worker", "engine_core", "api_server", "client") and not named:
+        said = _culprit_text(top) if top else "no culprit"
+        return False, f"right layer ({got}) but it blamed {said}, not {inj.what} (pid {inj.pid})."
+    if who is None:
+        return True, f"vllmdiag answered {got}, as it must for {inj.fault} (a false alarm is as bad as a miss)."
+    blamed = f"; culprit {_culprit_text(top)}" if top else ""
+    return True, f"vllmdiag answered {got}{blamed}: that is what was injected ({inj.fault})."
+
+
+def blames(c: dict[str, Any], inj: Injected) -> bool:
+    who = inj.expect[2]
+    if who == "worker":
+        return c.get("role") == "worker" and c.get("rank") == inj.rank and c.get("pid") in (None, inj.pid)
+    if who == "engine_core":
+        return c.get("role") == "engine_core"
+    if who == "api_server":
+        return c.get("role") == "api_server" and c.get("pid") == inj.root_pid
+    if who == "client":
+        return c.get("role") == "client" or c.get("pid") in inj.clients
+    return True
+
+
+def _culprit_text(c: dict[str, Any]) -> str:
+    rank = f" rank {c['rank']}" if c.get("rank") is not None else ""
+    pid = f" (pid {c['pid']})" if c.get("pid") is not None else ""
+    return f"{c.get('title') or c.get('role')}{rank}{pid}"
+
+
+def _exit_meaning(code: int) -> str:
+    return {0: "healthy", 1: "blocked or degraded", 3: "no vLLM deployment found",
+            4: "inconclusive: the tool could not see enough"}.get(code, "see README: exit codes")
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m vllmdiag.demo` for quick manual runs
+    sys.exit(demo())

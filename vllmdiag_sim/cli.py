@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated
 
 import typer
 
-from vllmdiag_sim.deployment import Deployment
-from vllmdiag_sim.faults import FAULTS
+from vllmdiag.cli_errors import UsageError
+from vllmdiag_sim.deployment import Deployment, SimError, state_root
+from vllmdiag_sim.faults import FAULTS, FaultError
 
 app = typer.Typer(no_args_is_help=True, help="Simulated vLLM 0.33 deployments with fault injection.")
 
@@ -38,8 +40,11 @@ def up(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Start a deployment; returns once it is ready and the fault is in place."""
-    dep = Deployment.up(tp=tp, dp=dp, fault=fault, rank=rank, namespace=namespace, shm_size=shm_size,
-                        port=port, nnodes=nnodes, node_rank=node_rank, master_port=master_port)
+    try:
+        dep = Deployment.up(tp=tp, dp=dp, fault=fault, rank=rank, namespace=namespace, shm_size=shm_size,
+                            port=port, nnodes=nnodes, node_rank=node_rank, master_port=master_port)
+    except FaultError as exc:
+        raise UsageError(str(exc)) from None
     _show(dep, as_json)
 
 
@@ -50,9 +55,26 @@ def inject(
     rank: Annotated[int | None, typer.Option("--rank", help="TP rank the fault targets")] = None,
 ) -> None:
     """Put a fault into a running deployment."""
-    dep = Deployment.load(dep_id)
-    dep.inject(fault, rank)
+    if fault not in FAULTS:
+        raise UsageError(f"unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
+    dep = _load(dep_id)
+    try:
+        dep.inject(fault, rank)
+    except FaultError as exc:
+        raise UsageError(str(exc)) from None
     _show(dep, False)
+
+
+def _load(dep_id: str) -> Deployment:
+    """A deployment by id, or one line naming the ones there are (bad input, exit 2)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", dep_id):
+        raise UsageError(f"invalid deployment id {dep_id!r} (see `vllmdiag sim list`)")
+    try:
+        return Deployment.load(dep_id)
+    except (SimError, ValueError, TypeError) as exc:
+        known = ", ".join(d.id for d in Deployment.list_all()) or "none"
+        raise UsageError(f"no simulated deployment {dep_id!r} (running: {known}; see `vllmdiag sim list`)"
+                         if isinstance(exc, SimError) else f"deployment {dep_id!r}: unreadable state ({exc})") from None
 
 
 @app.command("list")
@@ -61,6 +83,8 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = 
     deps = Deployment.list_all()
     if as_json:
         typer.echo(json.dumps([d.summary() for d in deps], indent=1))
+    elif not deps:
+        typer.echo(f"no simulated deployments (state under {state_root()}); start one with `vllmdiag sim up`")
     for dep in [] if as_json else deps:
         _show(dep, False)
 
@@ -81,6 +105,6 @@ def down(
     """Stop what a deployment started and remove its segments and socket files."""
     if dep_id is None and not all_:
         raise typer.BadParameter("give a deployment ID or --all")
-    for dep in Deployment.list_all() if all_ else [Deployment.load(str(dep_id))]:
+    for dep in Deployment.list_all() if all_ else [_load(str(dep_id))]:
         dep.down(keep_leak=keep_leak)
         typer.echo(f"stopped {dep.id}")

@@ -40,6 +40,26 @@ FAULTS: dict[str, str] = {
     "shm-leak": "leaked psm_* segments in /dev/shm, as after a SIGKILL of a whole deployment",
     "shm-small": "a private /dev/shm too small for the rings (namespaced node; start only)",
 }
+# fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
+# catalog). who is the culprit's kind: "worker" (the faulted rank), "engine_core", "api_server",
+# "client", "segments" or None. `vllmdiag demo` grades its own answer against this.
+EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
+    "healthy": ("healthy", None, None),
+    "healthy-load": ("healthy", None, None),
+    "worker-killed": ("blocked", "process", "worker"),
+    "worker-gone": ("blocked", "process", "worker"),
+    "worker-stopped": ("blocked", "process", "worker"),
+    "engine-killed": ("blocked", "process", "engine_core"),
+    "endpoint-gone": ("blocked", "handshake", "api_server"),
+    "rpc-ring-full": ("blocked", "queue", "worker"),
+    "response-ring-full": ("blocked", "queue", "engine_core"),
+    "engine-stuck": ("blocked", "queue", "engine_core"),
+    "straggler": ("blocked", "gpu", "worker"),
+    "collective-mismatch": ("blocked", "gpu", "worker"),
+    "client-stalled": ("blocked", "client", "client"),
+    "shm-leak": ("degraded", "queue", "segments"),
+    "shm-small": ("degraded", "queue", "segments"),
+}
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch"}
 NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled"}

@@ -13,6 +13,7 @@ from vllmdiag.api import TriageResult
 from vllmdiag.fleet.analysis import analyze_fleet, is_fleet
 from vllmdiag.fleet.confirm import CONFIRM_PROBES, merge_resample, nodes_to_confirm
 from vllmdiag.fleet.outcome import NodeOutcome
+from vllmdiag.fleet.steps import via_transport
 from vllmdiag.fleet.sweep import Progress, SweepPlan, run_sweep
 from vllmdiag.model import Snapshot, SnapshotError
 
@@ -51,6 +52,7 @@ def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = Tru
         for o in outcomes:
             o.snapshot = snaps.get(o.name, o.snapshot)
         report = analyze_fleet([s for s in snaps.values() if s is not None], outcomes)
+    report.verdict.next_steps = via_transport(report.verdict.next_steps, plan.transport)
     return FleetResult(report=report, outcomes=outcomes, wall_s=time.monotonic() - start)
 
 

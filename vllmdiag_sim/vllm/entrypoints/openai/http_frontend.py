@@ -1,4 +1,4 @@
-"""HTTP front end of the simulated API server: `/health`, `/metrics`, streaming `/v1/completions`.
+"""HTTP front end of the simulated API server: `/health`, `/metrics`, `/v1/models`, streaming `/v1/completions`.
 
 A small asyncio HTTP/1.1 server (vLLM uses uvicorn; both show an event loop to py-spy).
 Completions are real SSE over chunked transfer encoding, one chunk per generated token, so a
@@ -103,6 +103,8 @@ class ApiServer:
                 await respond(writer, 200, b"")
             elif path == "/metrics":
                 await respond(writer, 200, self.metrics().encode(), "text/plain; version=0.0.4")
+            elif path == "/v1/models" and method == "GET":
+                await respond(writer, 200, json.dumps(self.models()).encode())
             elif path == "/v1/completions" and method == "POST":
                 await self.completions(json.loads(body or b"{}"), writer)
             else:
@@ -111,6 +113,12 @@ class ApiServer:
             pass
         finally:
             writer.close()
+
+    def models(self) -> dict[str, Any]:
+        # The shape of vLLM's OpenAI ModelList (clients and `vllmdiag gate --url` read data[0].id).
+        card = {"id": self.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                "root": self.model, "parent": None, "max_model_len": 2048, "permission": []}
+        return {"object": "list", "data": [card]}
 
     def metrics(self) -> str:
         labels = f'{{engine="0",model_name="{self.model}"}}'

@@ -1,0 +1,151 @@
+"""`vllmdiag demo --fleet`: a few simulated nodes on this machine, one faulted, swept as a fleet.
+
+Each node is a simulated vLLM deployment in its own PID + mount namespace (own /proc, own
+/dev/shm), as tests/fleet_fixtures.py builds them. The sweep reaches a node the way `kubectl exec`
+or `srun` would: through ClusterShell's exec worker with an `nsenter` template, so no sshd is
+needed. `%h` (the node name) picks a link `<tmp>/<node> -> /proc/<node's PID 1>`, whose `ns/pid`
+and `ns/mnt` are the node's namespaces. Everything started is torn down, also on Ctrl-C/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from vllmdiag.cli_errors import UsageError
+from vllmdiag.demo import Injected, check_fault, expected_text, grade, inject, say, teardown_on_sigterm
+
+
+def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int | None = None,
+               report: Path | None = None, console: Any = None) -> int:
+    """Start `nodes` namespaced nodes, put `fault` on one, sweep them all; the sweep's exit code."""
+    from vllmdiag.render.text import make_console
+    from vllmdiag_sim.faults import FAULTS, RANKED
+
+    check_fleet_prerequisites()
+    check_fault(fault, tp, rank)
+    console = console or make_console()
+    rank = tp - 1 if fault in RANKED and rank is None else rank
+    names = [f"gpu{i:02d}" for i in range(nodes)]
+    sick = names[min(1, nodes - 1)]
+    with teardown_on_sigterm(), _tmpdir() as tmp, _nodes(names, sick, fault, tp) as deps:
+        say(console, f"{nodes} nodes up ({', '.join(names)}): each a simulated `vllm serve --tensor-parallel-size "
+                     f"{tp}` in its own PID+mount namespace (own /proc and /dev/shm)")
+        injected = inject(deps[sick], fault, rank)
+        _as_node_pid(injected)
+        say(console, f"injected [bold]{fault}[/] on [bold]{sick}[/]: {FAULTS[fault]}" + _target(injected))
+        say(console, f"expected answer: {sick} " + expected_text(injected) + "; every other node healthy")
+        template = _link_nodes(tmp, deps)
+        result = _sweep(console, names, template)
+        result.render(console)
+        if report is not None:
+            from vllmdiag.render.files import write_report
+
+            write_report(result.report, report)
+            say(console, f"report written to {report}")
+        found, why = grade_fleet(result.report.to_dict()["verdict"], injected, sick)
+        say(console, ("[bold green]FOUND[/] " if found else "[bold red]MISSED[/] ") + why)
+        say(console, "tearing the nodes down ...")
+    say(console, f"done; exit code {result.exit_code} is the sweep's. Your own fleet: see README, 'Fleet quick start'.")
+    return int(result.exit_code)
+
+
+def check_fleet_prerequisites() -> None:
+    if os.geteuid() != 0:
+        raise UsageError("demo --fleet needs root (it creates PID and mount namespaces); run it as root, "
+                         "or try the single-node `vllmdiag demo`")
+    missing = [t for t in ("unshare", "nsenter", "mount") if shutil.which(t) is None]
+    if missing:
+        raise UsageError(f"demo --fleet needs {', '.join(missing)} (apt-get install util-linux mount)")
+
+
+@contextlib.contextmanager
+def _tmpdir() -> Iterator[Path]:
+    tmp = Path(tempfile.mkdtemp(prefix="vllmdiag-demo-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _nodes(names: list[str], sick: str, fault: str, tp: int) -> Iterator[dict[str, Any]]:
+    """Start every node in parallel (the fault goes in later, on `sick`); stop them all however we leave."""
+    from vllmdiag_sim.deployment import Deployment
+
+    deps: dict[str, Any] = {}
+
+    def up(name: str) -> None:
+        start = fault if name == sick and fault == "shm-small" else "healthy"
+        deps[name] = Deployment.up(tp=tp, fault=start, namespace=True)
+
+    try:
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            for future in [pool.submit(up, n) for n in names]:
+                future.result()
+        yield deps
+    finally:
+        for dep in deps.values():
+            with contextlib.suppress(Exception):
+                dep.down()
+
+
+def _link_nodes(tmp: Path, deps: dict[str, Any]) -> str:
+    for name, dep in deps.items():
+        (tmp / name).symlink_to(f"/proc/{ns_init_pid(dep.launcher_pid)}")
+    return f"nsenter --pid={tmp}/%h/ns/pid --mount={tmp}/%h/ns/mnt --"
+
+
+def ns_init_pid(launcher_pid: int) -> int:
+    """The node's PID 1 (host view): the one child of its `unshare --fork` launcher."""
+    kids = Path(f"/proc/{launcher_pid}/task/{launcher_pid}/children").read_text().split()
+    if not kids:
+        raise RuntimeError(f"simulated node launcher {launcher_pid} has no namespace init")
+    return int(kids[0])
+
+
+def _sweep(console: Any, names: list[str], template: str) -> Any:
+    from ClusterShell.NodeSet import NodeSet
+
+    from vllmdiag.fleet.api import sweep
+    from vllmdiag.fleet.cli import _with_progress
+    from vllmdiag.fleet.sweep import SweepPlan
+    from vllmdiag.fleet.transport import Transport
+
+    remote = f"{sys.executable} -m vllmdiag"
+    folded = str(NodeSet.fromlist(names))
+    say(console, f"sweeping, as `vllmdiag sweep '{folded}' --exec '{template}' --remote-cmd '{remote}'` would "
+                 "(ClusterShell exec worker; on a real fleet: ssh, or --exec 'kubectl exec %h --') ...")
+    transport = Transport(exec_template=template, remote_cmd=remote)
+    plan = SweepPlan(nodes=names, transport=transport, timeout_s=25.0)
+    return _with_progress(plan, lambda p, progress: sweep(p, progress))
+
+
+def _as_node_pid(inj: Injected) -> None:
+    """The node's own view of the pid (what its /proc, and so the verdict, shows)."""
+    if inj.pid is None:
+        return
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/{inj.pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                inj.pid = int(line.split()[-1])
+
+
+def _target(inj: Injected) -> str:
+    rank = f" rank {inj.rank}" if inj.rank is not None else ""
+    return f" -> {inj.what}{rank}, pid {inj.pid} on that node" if inj.pid is not None else ""
+
+
+def grade_fleet(verdict: dict[str, Any], inj: Injected, sick: str) -> tuple[bool, str]:
+    culprits = verdict.get("culprits") or []
+    if culprits and culprits[0].get("node") != sick:
+        return False, f"the fleet verdict blames node {culprits[0].get('node')}, but the fault is on {sick}."
+    found, why = grade(verdict, inj)
+    return found, why.replace("vllmdiag answered", f"the fleet verdict names {sick}:", 1) if found else why
