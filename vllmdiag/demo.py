@@ -87,9 +87,7 @@ def demo(fault: str = "straggler", tp: int = 4, rank: int | None = None, report:
             result = api.triage(pids=[dep.root_pid])
             result.render(console)
             if report is not None:
-                from vllmdiag.render.files import write_report
-
-                write_report(result.report, report)
+                write_report_file(result.report, report)
                 say(console, f"report written to {report}")
             found, why = grade(result.report.to_dict()["verdict"], injected)
             mark = "[bold green]FOUND[/]" if found else "[bold red]MISSED[/]"
@@ -99,6 +97,13 @@ def demo(fault: str = "straggler", tp: int = 4, rank: int | None = None, report:
                      "Try another fault: `vllmdiag demo --fault F` (list: `vllmdiag sim list-faults`), "
                      "or a fleet: `vllmdiag demo --fleet`.")
         return int(result.exit_code)
+
+
+def write_report_file(report: Any, path: Path) -> None:
+    from vllmdiag.outfile import write_output
+    from vllmdiag.render.files import report_text
+
+    write_output(path, report_text(report, path), "--report")
 
 
 def inject(dep: Any, fault: str, rank: int | None) -> Injected:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.cli_errors import UsageError
-from vllmdiag.demo import Injected, check_fault, expected_text, grade, inject, say, teardown_on_sigterm
+from vllmdiag.demo import Injected, check_fault, expected_text, grade, inject, say, teardown_on_sigterm, write_report_file
 
 
 def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int | None = None,
@@ -46,9 +46,7 @@ def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int 
         result = _sweep(console, names, template)
         result.render(console)
         if report is not None:
-            from vllmdiag.render.files import write_report
-
-            write_report(result.report, report)
+            write_report_file(result.report, report)
             say(console, f"report written to {report}")
         found, why = grade_fleet(result.report.to_dict()["verdict"], injected, sick)
         say(console, ("[bold green]FOUND[/] " if found else "[bold red]MISSED[/] ") + why)
