@@ -69,3 +69,26 @@ def _wait_for_title(title: str, session: int) -> int:
                 continue
         time.sleep(0.05)
     raise AssertionError(f"{title} never appeared")
+
+
+def test_blind_triage_of_a_healthy_deployment_is_inconclusive_never_blocked(reliability: Any) -> None:
+    """Issue 15 item 4: without CAP_SYS_PTRACE the fds and maps of root's vLLM are unreadable; that
+    once read as "0 sockets" and gave "BLOCKED handshake: endpoint gone" (exit 1) on a healthy node."""
+    sim = pytest.importorskip("vllmdiag_sim.deployment")
+    with sim.Deployment.up(tp=2, fault="healthy") as dep:
+        out = subprocess.run([*DROP, sys.executable, "-m", "vllmdiag", "triage", "--json", "--pid", str(dep.root_pid),
+                              "--budget", "6"], capture_output=True, text=True, timeout=60)
+    reliability.case(traceback="Traceback" in out.stderr)
+    doc = json.loads(out.stdout)
+    probes = doc["snapshot"]["probes"]
+    ours = {p["pid"] for d in doc["deployments"] for p in d["processes"]}
+    assert out.returncode == 4, doc["verdict"]["summary"]
+    assert doc["verdict"]["status"] == "inconclusive"
+    assert "CAP_SYS_PTRACE" in " ".join(doc["verdict"]["next_steps"])
+    assert not [f for f in doc["findings"] if f["severity"] == "critical"], doc["findings"]
+    for name in ("sockets", "endpoints", "shm"):
+        assert probes[name]["status"] == "partial", (name, probes[name]["status"])
+        assert "permission denied" in probes[name]["reason"] and "CAP_SYS_PTRACE" in probes[name]["reason"]
+        assert ours & set(probes[name]["data"]["unreadable_pids"]), name
+    assert ours & set(probes["sockets"]["data"]["unreadable_pids"]) == ours
+    assert all(probes["sockets"]["data"]["socket_fds"][str(p)] is None for p in ours)  # unknown, never 0

@@ -85,10 +85,13 @@ def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[
             # Probe data comes from untrusted files too: wrong shapes are bad input, not a crash.
             raise SnapshotError(f"{snapshot.node}: cannot analyze the {layer} layer: malformed probe data "
                                 f"({type(exc).__name__}: {exc})") from None
+    from vllmdiag.analysis.coverage import cap_blind
+
+    cap_blind(snapshot, findings)
     ids = {d.id for d in deployments}
     if pids:  # node-level findings stay; other deployments' findings go
         findings = [f for f in findings if f.deployment is None or f.deployment in ids]
-    reports = [DeploymentReport(d, decide(snapshot, [f for f in findings if f.deployment == d.id]))
+    reports = [DeploymentReport(d, decide(snapshot, [f for f in findings if f.deployment == d.id], d.pids))
                for d in deployments]
     return reports, findings
 
@@ -104,7 +107,8 @@ def analyze(snapshots: list[Snapshot], pids: set[int] | None = None) -> Report:
                   snapshots=snapshots)
 
 
-def decide(snapshot: Snapshot, findings: list[Finding]) -> Verdict:
+def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = None) -> Verdict:
+    from vllmdiag.analysis.coverage import FIX, gaps
     from vllmdiag.analysis.verdict import write_verdict
 
     blocking = [f for f in findings if f.blocking]
@@ -117,11 +121,10 @@ def decide(snapshot: Snapshot, findings: list[Finding]) -> Verdict:
     warnings = [f for f in findings if f.severity == "warning"]
     if warnings:
         return write_verdict("degraded", warnings[0].layer, warnings, findings)
-    blind = _blind_spots(snapshot)
+    blind = _blind_spots(snapshot) + gaps(snapshot, pids or set())
     if blind:
         return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
-                       + "; ".join(blind), evidence=blind, confidence="low",
-                       next_steps=["Re-run as root (or with CAP_SYS_PTRACE) so stacks can be read."])
+                       + "; ".join(blind), evidence=blind, confidence="low", next_steps=[FIX])
     return Verdict(status="healthy", summary="All layers answer: processes alive, queues moving, ranks agree.")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.common import culprit, finding
+from vllmdiag.analysis.coverage import blind
 from vllmdiag.analysis.deployments import Deployment, display_title
 from vllmdiag.model import Finding, Snapshot
 
@@ -28,12 +29,14 @@ STARTUP_CLASSES = ("nccl_init", "wait_until_ready", "wait_for_ready", "handshake
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     # Absence of a listener is evidence only if the socket tables were read in full: a sockets or
     # endpoints probe that timed out under load must not turn into "endpoint gone".
-    seen = snapshot.status("sockets") == "ok"
-    ep = snapshot.data("endpoints") if seen and snapshot.status("endpoints") == "ok" else {}
+    # A partial table (some pids' fds unreadable) is judged per deployment: one with a blind pid
+    # gets no finding from it (issue 15, item 4; the verdict says what could not be seen).
+    seen = snapshot.status("sockets") in ("ok", "partial")
+    ep = snapshot.data("endpoints") if seen and snapshot.status("endpoints") in ("ok", "partial") else {}
     out: list[Finding] = []
     for dep in deployments:
-        if dep.headless:
-            continue  # `vllm serve --headless`: engines and workers only, no frontend endpoints or HTTP port
+        if dep.headless or blind(snapshot, dep.pids, ("sockets", "endpoints")):
+            continue  # headless (`vllm serve --headless`): no frontend endpoints or HTTP port
         view = _View(snapshot, dep, ep)
         if ep:
             gone = _frontend(view)

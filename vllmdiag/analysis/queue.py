@@ -18,7 +18,7 @@ from vllmdiag.model import Culprit, Finding, Snapshot
 
 LAYER = "queue"
 CODES = ("queue.ring_full", "queue.reader_lagging", "queue.response_unread", "queue.readers_all_behind",
-         "queue.shm_leaked", "queue.shm_low", "queue.shm_nearly_full")
+         "queue.shm_leaked", "queue.shm_low", "queue.shm_nearly_full", "queue.shm_entries_skipped")
 MiB = 1 << 20
 MIN_WINDOW_S = 0.09  # two samples ~100 ms apart (timer slack allowed)
 # No age threshold: a creator maps its segment microseconds after creating it, and a ring being torn
@@ -239,9 +239,15 @@ def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingR
         culprits = [Culprit(snap.node, None, "shm_segment", None, str(s["name"]),
                             f"mapped by no process, {int(s.get('allocated_bytes') or 0) / MiB:.1f} MiB held, "
                             f"{float(s.get('age_s') or 0):.0f} s old") for s in leaked[:4]]
-        out.append(finding("queue.shm_leaked", LAYER, "warning", snap, None,
+        # "Mapped by no process" holds only if every process's maps could be read (issue 15, item 4).
+        unseen = len(shm.get("unreadable_pids") or []) + int(shm.get("unreadable_other_pids") or 0)
+        evidence["unreadable_maps"] = unseen
+        blind_note = (f" Unsure: the memory maps of {unseen} process(es) could not be read (permission denied), "
+                      "so some of these may still be in use.") if unseen else ""
+        out.append(finding("queue.shm_leaked", LAYER, "info" if unseen else "warning", snap, None,
                            f"{len(leaked)} /dev/shm segment(s) mapped by no process (leaked by a killed run) hold "
-                           f"{held / MiB:.1f} MiB: {names}.", [], evidence, culprits))
+                           f"{held / MiB:.1f} MiB: {names}.{blind_note}", [], evidence, culprits if not unseen else []))
+    out += _skipped(snap)
     for root in shm.get("roots", []):
         usage = root.get("usage") or {}
         size, free = int(usage.get("size_bytes") or 0), int(usage.get("free_bytes") or 0)
@@ -268,3 +274,17 @@ def _shm_low(snap: Snapshot, deployments: list[Deployment], roles: list[RingRole
                                {"dir": root.get("dir"), "free_bytes": free, "need_bytes": need,
                                 "rings": [r.get("name") for r in mine]}, []))
     return out
+
+
+def _skipped(snap: Snapshot) -> list[Finding]:
+    """A flooded /dev/shm is capped (the segments vLLM maps are always examined): say what was left."""
+    dirs = [d for d in snap.data("shm").get("skipped") or [] if isinstance(d, dict) and d.get("count")]
+    rings = snap.data("rings").get("skipped") or {}
+    if not dirs and not (isinstance(rings, dict) and rings.get("count")):
+        return []
+    parts = [f"{int(d['count'])} entries of {d.get('dir')} not examined ({d.get('reason')})" for d in dirs]
+    if isinstance(rings, dict) and rings.get("count"):
+        parts.append(f"{int(rings['count'])} psm_* segment(s) not decoded ({rings.get('reason')})")
+    return [finding("queue.shm_entries_skipped", LAYER, "info", snap, None,
+                    "/dev/shm holds more than the probes examine: " + "; ".join(parts) + ".", [],
+                    {"dir": str(dirs[0].get("dir")) if dirs else "/dev/shm", "shm": dirs, "rings": rings}, [])]

@@ -10,8 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.probe import ProbeSpec, Skip
+from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes import _zmtp
+from vllmdiag.probes._access import blind_reason
 from vllmdiag.probes._procfs import read_text
 from vllmdiag.probes.sockets import parse_unix
 
@@ -27,7 +28,7 @@ ZMTP_BUDGET_S = 2.0
 ZMQ_TCP_ROLES = {"api_server", "api_server_child", "engine_core", "dp_coordinator"}
 
 
-def collect(ctx: Context) -> dict[str, Any]:
+def collect(ctx: Context) -> dict[str, Any] | Partial:
     procs = scope(ctx.data("processes").get("processes", []), ctx.options.get("pids"))
     pids = {p["pid"] for p in procs}
     socks = ctx.data("sockets")
@@ -45,9 +46,15 @@ def collect(ctx: Context) -> dict[str, Any]:
     dirs = rpc_dirs(ctx, procs, self_ns["mnt"])
     stale, stale_total = stale_files(dirs, live)
     zmtp = check_all(ctx, zmtp_targets(procs, ipc, listen, self_ns))
-    return {"self_netns": self_ns["net"], "rpc_dirs": dirs, "ipc": ipc, "tcp_listen": listen,
+    # Listeners, binders and accepted counts all come from fds: pids whose fds were unreadable are
+    # unknown here, and analysis must not read their absence as "endpoint gone" (issue 15, item 4).
+    blind = sorted(pids & set(socks.get("unreadable_pids") or []))
+    data = {"self_netns": self_ns["net"], "rpc_dirs": dirs, "ipc": ipc, "tcp_listen": listen,
             "processes": [per_process(p, unix, tcp) for p in procs], "stale_files": stale,
-            "stale_total": stale_total, "zmtp": zmtp}
+            "stale_total": stale_total, "zmtp": zmtp, "unreadable_pids": blind}
+    if blind:
+        return Partial(data, blind_reason("/proc/<pid>/fd", blind))
+    return data
 
 
 def scope(procs: list[dict[str, Any]], wanted: Any) -> list[dict[str, Any]]:

@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.probe import ProbeSpec, Skip
+from vllmdiag.probe import Partial, ProbeSpec, Skip
+from vllmdiag.probes._access import blind_reason
 from vllmdiag.probes._procfs import read_cmdline, read_text, redact_argv
 from vllmdiag.probes.endpoints import API_ROLES, http_port, scope
 from vllmdiag.probes.sockets import parse_tcp, socket_inodes
@@ -30,7 +31,7 @@ MAX_BODY = 8 << 20
 _NAME = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{)?")
 
 
-def collect(ctx: Context) -> dict[str, Any]:
+def collect(ctx: Context) -> dict[str, Any] | Partial:
     start = time.monotonic()
     procs = scope(ctx.data("processes").get("processes", []), ctx.options.get("pids"))
     api = [p for p in procs if p.get("role") in API_ROLES]
@@ -62,6 +63,12 @@ def collect(ctx: Context) -> dict[str, Any]:
     for s in servers:
         s["connections"] = list(s["connections"].values())
         _find_peers(ctx, s)
+    # Listeners and client connections come from the API server's fds: unreadable fds mean the
+    # HTTP side was not seen, which is not "no listener" (issue 15, item 4).
+    blind = sorted({p["pid"] for p in api} & set(socks.get("unreadable_pids") or []))
+    if blind:
+        out["unreadable_pids"] = blind
+        return Partial(out, blind_reason("/proc/<pid>/fd", blind))
     return out
 
 
@@ -80,11 +87,12 @@ def find_servers(socks: dict[str, Any], api_pids: set[int], self_net: str | None
 
 def _api_info(ctx: Context, p: dict[str, Any], socks: dict[str, Any]) -> dict[str, Any]:
     pid = p["pid"]
-    unlisted = sorted(set(socket_inodes(ctx, pid)) - _listed_inodes(ctx, pid))
+    held = socket_inodes(ctx, pid)
+    unlisted = None if held is None else sorted(set(held) - _listed_inodes(ctx, pid))
     return {"pid": pid, "role": p.get("role"), "age_s": p.get("age_s"), "cfg_port": http_port(p),
             "tcp_listen": sorted(t["local"] for t in socks.get("tcp", []) if t["state"] == "LISTEN" and pid in t["pids"]),
             "unix_listen": sorted(u["path"] for u in socks.get("unix", []) if u["listening"] and pid in u["pids"]),
-            "unlisted_socket_inodes": unlisted[:64]}
+            "unlisted_socket_inodes": None if unlisted is None else unlisted[:64]}
 
 
 def _listed_inodes(ctx: Context, pid: int) -> set[int]:
@@ -100,7 +108,7 @@ def _listed_inodes(ctx: Context, pid: int) -> set[int]:
 def _sample_conns(ctx: Context, server: dict[str, Any], i: int) -> None:
     mine: set[int] = set()
     for pid in server["pids"]:
-        mine |= set(socket_inodes(ctx, pid))
+        mine |= set(socket_inodes(ctx, pid) or [])
     table = _tcp_table(ctx, server["pids"][0])
     # A local client's socket is in the same table: its Recv-Q says whether it holds unread bytes.
     peers = {(e["local"], e["remote"]): e for e in table}
@@ -136,7 +144,7 @@ def _find_peers(ctx: Context, server: dict[str, Any]) -> None:
         if not want or ctx.remaining() < 0.2:
             break
         if name.isdigit():
-            for inode in set(socket_inodes(ctx, int(name))) & set(want):
+            for inode in set(socket_inodes(ctx, int(name)) or []) & set(want):
                 peer = want.pop(inode)
                 peer["pid"] = int(name)
                 peer["comm"] = (read_text(ctx.proc(name, "comm")) or "").strip()

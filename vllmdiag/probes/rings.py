@@ -89,7 +89,14 @@ def collect(ctx: Context) -> dict[str, Any]:
     if shm is None or shm.status not in ("ok", "partial"):
         raise Skip("the shm probe did not list /dev/shm, so there is no segment to decode")
     t0 = time.monotonic()
-    segments = [s for s in shm.data.get("segments", []) if s.get("kind") == "psm"]
+    # Segments vLLM maps first, then those other processes map, then the unmapped (leftovers, junk):
+    # never directory order, so a flood of psm_* files cannot hide the live rings (issue 15, item 5).
+    segments = sorted((s for s in shm.data.get("segments", []) if s.get("kind") == "psm"),
+                      key=lambda s: (not s.get("mapped_by"), not s.get("mapped_by_other")))
+    left = segments[MAX_SEGMENTS:]
+    skipped = {"count": len(left), "mapped_by_vllm": sum(1 for s in left if s.get("mapped_by")),
+               "reason": f"more than {MAX_SEGMENTS} psm_* segments; those mapped by vLLM processes were decoded first"
+               } if left else {}
     rings: list[_Ring] = []
     rejected: list[dict[str, Any]] = []
     try:
@@ -100,7 +107,7 @@ def collect(ctx: Context) -> dict[str, Any]:
         if rings:
             _sample_until_others_done(ctx, rings, t0)
         return {"rings": [r.result() for r in rings], "rejected": rejected,
-                "skipped_segments": max(0, len(segments) - MAX_SEGMENTS), "interval_s": INTERVAL_S}
+                "skipped_segments": len(left), "skipped": skipped, "interval_s": INTERVAL_S}
     finally:
         for r in rings:
             os.close(r.fd)

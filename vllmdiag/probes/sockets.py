@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.probe import ProbeSpec
+from vllmdiag.probe import Partial, ProbeSpec
+from vllmdiag.probes._access import DENIED, blind_reason, fd_targets
 from vllmdiag.probes._procfs import read_text
 
 SPEC = ProbeSpec(name="sockets", layer="handshake", description="unix/tcp sockets per vLLM process",
@@ -20,12 +20,17 @@ TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FI
 SO_ACCEPTCON = 0x10000
 
 
-def collect(ctx: Context) -> dict[str, Any]:
+def collect(ctx: Context) -> dict[str, Any] | Partial:
     procs = ctx.data("processes").get("processes", [])
     owners: dict[int, list[int]] = {}
     netns_pids: dict[str, list[int]] = {}
+    unreadable: list[int] = []
     for proc in procs:
-        for inode in socket_inodes(ctx, proc["pid"]):
+        inodes = socket_inodes(ctx, proc["pid"])
+        if inodes is None:
+            unreadable.append(proc["pid"])
+            continue
+        for inode in inodes:
             owners.setdefault(inode, []).append(proc["pid"])
         netns_pids.setdefault(proc.get("ns", {}).get("net") or "?", []).append(proc["pid"])
     unix: list[dict[str, Any]] = []
@@ -44,25 +49,23 @@ def collect(ctx: Context) -> dict[str, Any]:
             for entry in parse_tcp(read_text(ctx.proc(rep, fname)) or "", fam):
                 if entry["inode"] in owners:
                     tcp.append({**entry, "pids": owners[entry["inode"]], "netns": ns})
-    return {"unix": unix, "tcp": tcp, "live_unix_paths": sorted(live_paths),
-            "socket_fds": {str(p["pid"]): sum(1 for pids in owners.values() if p["pid"] in pids) for p in procs}}
+    # A pid whose fds we could not read has an unknown socket count (None), never 0: "0 sockets"
+    # would read as "the endpoint is gone" (issue 15, item 4).
+    data = {"unix": unix, "tcp": tcp, "live_unix_paths": sorted(live_paths),
+            "socket_fds": {str(p["pid"]): None if p["pid"] in unreadable else
+                           sum(1 for pids in owners.values() if p["pid"] in pids) for p in procs},
+            "unreadable_pids": sorted(unreadable)}
+    if unreadable:
+        return Partial(data, blind_reason("/proc/<pid>/fd", unreadable))
+    return data
 
 
-def socket_inodes(ctx: Context, pid: int) -> list[int]:
-    fd_dir = ctx.proc(pid, "fd")
-    out: list[int] = []
-    try:
-        names = os.listdir(fd_dir)
-    except OSError:
-        return out
-    for name in names:
-        try:
-            target = os.readlink(fd_dir / name)
-        except OSError:
-            continue  # fd closed meanwhile
-        if target.startswith("socket:["):
-            out.append(int(target[8:-1]))
-    return out
+def socket_inodes(ctx: Context, pid: int) -> list[int] | None:
+    """Socket inodes held by pid; [] when it is gone; None when its fds may not be read."""
+    targets = fd_targets(ctx.proc(pid, "fd"))
+    if not isinstance(targets, list):
+        return None if targets is DENIED else []
+    return [int(t[8:-1]) for t in targets if t.startswith("socket:[")]
 
 
 def parse_unix(text: str) -> list[dict[str, Any]]:

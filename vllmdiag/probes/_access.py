@@ -1,0 +1,59 @@
+"""Reads of /proc that tell "gone" from "not allowed" (issue 15, item 4).
+
+Without root (or as root with its capabilities dropped) /proc/<pid>/fd, maps and environ of another
+user's process are unreadable, and an empty answer looks exactly like "no sockets" or "maps nothing".
+A probe that could not see must say so: these helpers return DENIED for EACCES/EPERM, so the probe
+lists the pids it could not read and returns a Partial whose reason names the fix.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+FIX = ("run as root (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH), or as the user the deployment runs as")
+_DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
+
+
+class _Denied:
+    def __repr__(self) -> str:
+        return "DENIED"
+
+
+DENIED = _Denied()
+
+
+def read_proc(path: Path, limit: int = 1 << 20) -> str | None | _Denied:
+    """The text, None when the process (or file) is gone, DENIED when we may not read it."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError as exc:
+        return DENIED if exc.errno in _DENIED_ERRNOS else None
+
+
+def fd_targets(fd_dir: Path) -> list[str] | None | _Denied:
+    """readlink of every fd: None when the process is gone, DENIED when the links may not be read.
+
+    As root without CAP_SYS_PTRACE the directory lists but every readlink fails with EACCES; as
+    another user the listing itself fails. Both are "denied", never "no fds"."""
+    try:
+        names = os.listdir(fd_dir)
+    except OSError as exc:
+        return DENIED if exc.errno in _DENIED_ERRNOS else None
+    out: list[str] = []
+    denied = 0
+    for name in names:
+        try:
+            out.append(os.readlink(fd_dir / name))
+        except OSError as exc:
+            denied += exc.errno in _DENIED_ERRNOS  # otherwise: the fd was closed meanwhile
+    if denied:
+        return DENIED
+    return out
+
+
+def blind_reason(what: str, pids: list[int]) -> str:
+    shown = ", ".join(str(p) for p in sorted(pids)[:8]) + (f" (+{len(pids) - 8} more)" if len(pids) > 8 else "")
+    return f"cannot read {what} of pid(s) {shown} (permission denied): {FIX}"
