@@ -81,7 +81,10 @@ def _guard(fn: Callable[[], Any]) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"vllmdiag: {message.splitlines()[0] if message else 'error'}\n")
+    from vllmdiag.render.safe import clean
+
+    # Messages quote input (file names, node names, snapshot values): no control sequence gets out.
+    sys.stderr.write(f"vllmdiag: {clean(message.splitlines()[0]) if message else 'error'}\n")
     return code
 
 

@@ -28,7 +28,7 @@ def render(report: Report, console: Any) -> None:
         metrics = "  ".join(f"run {m.get('running')} wait {m.get('waiting')} gen {m.get('generation_tokens')}"
                             for m in samples) or "no /metrics"
         title = f"HTTP {s['address']}: /health {health.get('status') or health.get('error') or '-'}; {metrics}"
-        table = Table(title=title)
+        table = Table(title=Text(title))
         for col in ("client", "Send-Q (2 samples)", "client Recv-Q", "client pid"):
             table.add_column(col, overflow="fold")
         conns = sorted(s.get("connections", []), key=lambda c: -max(q or 0 for q in c.get("send_q", [0])))
@@ -36,9 +36,9 @@ def render(report: Report, console: Any) -> None:
             sq = [q for q in c.get("send_q", []) if q is not None]
             stuck = len(sq) == 2 and 0 < sq[0] <= sq[1]
             peer = c.get("peer") or {}
-            table.add_row(c["remote"], Text(" -> ".join(map(str, sq)), style="bold red" if stuck else ""),
-                          " -> ".join(str(q) for q in c.get("peer_recv_q", []) if q is not None),
-                          f"{peer.get('pid')} {peer.get('comm', '')}" if peer.get("pid") else "")
+            table.add_row(Text(str(c.get("remote"))), Text(" -> ".join(map(str, sq)), style="bold red" if stuck else ""),
+                          Text(" -> ".join(str(q) for q in c.get("peer_recv_q", []) if q is not None)),
+                          Text(f"{peer.get('pid')} {peer.get('comm', '')}" if peer.get("pid") else ""))
         if len(conns) > MAX_CONNECTIONS:
             table.add_row(f"... {len(conns) - MAX_CONNECTIONS} more", "", "", "")
         console.print(table)

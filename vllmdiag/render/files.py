@@ -7,6 +7,7 @@ from pathlib import Path
 
 from vllmdiag.analysis.engine import Report
 from vllmdiag.cli_errors import UsageError
+from vllmdiag.render.safe import md_escape, sanitize_report
 
 
 def report_text(report: Report, path: Path) -> str:
@@ -20,35 +21,37 @@ def report_text(report: Report, path: Path) -> str:
 
 
 def to_markdown(report: Report) -> str:
+    """Every string of the report is Markdown-escaped once (sanitize_report): no raw HTML, no links,
+    no table breakouts, whatever a title or node name holds (issue 15, item 8)."""
+    report = sanitize_report(report, md_escape)
     v = report.verdict
     lines = [f"# vllmdiag: {v.status}" + (f" at the {v.layer} layer" if v.layer else ""), "", v.summary, ""]
     if v.culprits:
         lines += ["## Culprits", "", "| node | pid | role | rank | title | reason |", "|---|---|---|---|---|---|"]
-        lines += [f"| {_md(c.node)} | {c.pid} | {_md(c.role)} | {c.rank} | {_md(c.title)} | {_md(c.reason)} |"
-                  for c in v.culprits]
+        lines += [_row(c.node, c.pid, c.role, c.rank, c.title, c.reason) for c in v.culprits]
         lines.append("")
     if v.evidence:
         lines += ["## Evidence", ""] + [f"- {_md(e)}" for e in v.evidence] + [""]
     if v.next_steps:
-        lines += ["## Next read-only steps", "", "```"] + list(v.next_steps) + ["```", ""]
+        lines += ["## Next read-only steps", ""] + [f"- {s}" for s in v.next_steps] + [""]
     from vllmdiag.fleet.html import fleet_markdown
 
     lines += fleet_markdown(report)
     for dep in report.deployments:
         d = dep.to_dict()
-        lines += [f"## Deployment {_md(d['id'])}: {d['verdict']['status']}", "", "| pid | ppid | role | rank | state | title |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {p['pid']} | {p['ppid']} | {p['role']} | {p['rank']} | {p['state']} | {_md(p['title'])} |"
-                  for p in d["processes"]]
+        lines += [f"## Deployment {_md(d['id'])}: {_md(d['verdict']['status'])}", "",
+                  "| pid | ppid | role | rank | state | title |", "|---|---|---|---|---|---|"]
+        lines += [_row(p["pid"], p["ppid"], p["role"], p["rank"], p["state"], p["title"]) for p in d["processes"]]
         lines.append("")
     if report.findings:
         lines += ["## Findings", "", "| severity | layer | code | node | message |", "|---|---|---|---|---|"]
-        lines += [f"| {f.severity} | {f.layer} | {f.code} | {_md(f.node)} | {_md(f.message)} |" for f in report.findings]
+        lines += [_row(f.severity, f.layer, f.code, f.node, f.message) for f in report.findings]
     return "\n".join(lines) + "\n"
 
 
 def to_html(report: Report) -> str:
-    """No network assets: inline CSS only, every value escaped."""
+    """No network assets: inline CSS only, every value cleaned of control characters and escaped."""
+    report = sanitize_report(report)
     v = report.verdict
     color = {"healthy": "#1a7f37", "blocked": "#cf222e", "degraded": "#9a6700"}.get(v.status, "#555")
     parts = [
@@ -92,5 +95,10 @@ def _h(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
 
+def _row(*cells: object) -> str:
+    return "| " + " | ".join(_md(c) for c in cells) + " |"
+
+
 def _md(value: object) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    """Values are already escaped by sanitize_report(report, md_escape); numbers and None need none."""
+    return value if isinstance(value, str) else md_escape(value)

@@ -64,21 +64,23 @@ def render(report: Report, console: Any) -> None:
 
 
 def render_fleet(report: Report, console: Any = None) -> None:
+    from vllmdiag.render.safe import sanitize_report
     from vllmdiag.render.text import findings_table, make_console, verdict_panel
 
+    report = sanitize_report(report)  # node names and remote reasons are untrusted (issue 15, item 8)
     console = console or make_console()
     console.print(verdict_panel(report.verdict))
     render(report, console)
     failed = [n for n in report.extra.get("nodes", []) if n["status"] != "ok"]
     for n in failed[:MAX_ROWS]:
-        console.print(f"[bold magenta]{_esc(n['name'])}[/] {n['status']}: {_esc(n.get('reason') or '')}")
+        console.print(f"[bold magenta]{_esc(n['name'])}[/] {_esc(n['status'])}: {_esc(n.get('reason') or '')}")
     if any(f.severity != "info" for f in report.findings):
         shown = Report(verdict=report.verdict, deployments=[], snapshots=[],
                        findings=[f for f in report.findings if f.severity != "info"][:60])
         console.print(findings_table(shown))
 
 
-def _esc(text: str) -> str:
-    from rich.markup import escape
+def _esc(text: object) -> str:
+    from vllmdiag.render.text import escape
 
     return escape(text)

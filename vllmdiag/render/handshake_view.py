@@ -34,8 +34,10 @@ def render(report: Report, console: Any) -> None:
         table.add_column(col, overflow="fold")
     for endpoint, holders, accepted, z in sorted(rows, key=lambda r: (min(r[1]), r[0]))[:MAX_ROWS]:
         status = z.get("status") or "-"
-        table.add_row(Text(endpoint), ",".join(map(str, holders)), str(accepted), z.get("peer_socket_type") or "?",
-                      Text(status, style=STATUS_STYLE.get(status, "")), str(z.get("latency_ms") or ""))
+        # Socket-Type is whatever the peer sent in its greeting: text, never markup.
+        table.add_row(Text(str(endpoint)), Text(",".join(map(str, holders))), Text(str(accepted)),
+                      Text(str(z.get("peer_socket_type") or "?")),
+                      Text(str(status), style=STATUS_STYLE.get(str(status), "")), Text(str(z.get("latency_ms") or "")))
     if len(rows) > MAX_ROWS:
         table.add_row(f"... {len(rows) - MAX_ROWS} more", "", "", "", "", "")
     console.print(table)

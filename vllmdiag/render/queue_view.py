@@ -23,6 +23,7 @@ def render(report: Report, console: Any) -> None:
     if not rows:
         return
     from rich.table import Table
+    from rich.text import Text
 
     blamed = _blamed(report)
     table = Table(title="shm rings (unread slots per reader; sampled)", show_lines=False)
@@ -31,7 +32,8 @@ def render(report: Report, console: Any) -> None:
     for node, r in sorted(rows, key=lambda x: (x[0], x[1].role, x[1].name)):
         geo = r.ring.get("geometry") or {}
         role = f"{ROLE_NAMES.get(r.role, r.role)} {int(geo.get('max_chunk_bytes', 0)) >> 20}M x {geo.get('max_chunks')}"
-        table.add_row(r.name, role, _short(r.writer), bar(r, blamed.get((node, r.name), set())), _state(r))
+        table.add_row(Text(str(r.name)), Text(role), Text(_short(r.writer)), bar(r, blamed.get((node, r.name), set())),
+                      Text(_state(r)))
     console.print(table)
 
 

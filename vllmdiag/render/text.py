@@ -12,6 +12,7 @@ from typing import Any
 from vllmdiag.analysis.deployments import role_of
 from vllmdiag.analysis.engine import Report
 from vllmdiag.model import Verdict
+from vllmdiag.render.safe import clean, sanitize_report
 
 STATUS_STYLE = {"healthy": "bold green", "blocked": "bold red", "degraded": "bold yellow",
                 "no-deployment": "bold blue", "inconclusive": "bold magenta"}
@@ -21,9 +22,10 @@ STATE_STYLE = {"Z": "bold red", "T": "bold red", "t": "bold red", "D": "bold yel
 
 
 def escape(text: Any) -> str:
+    """Cleaned of control characters and escaped for rich markup: for every untrusted string."""
     from rich.markup import escape as _escape
 
-    return _escape(str(text))
+    return _escape(clean(text))
 
 
 def make_console(file: Any = None) -> Any:
@@ -33,6 +35,7 @@ def make_console(file: Any = None) -> Any:
 
 
 def render_report(report: Report, console: Any = None) -> None:
+    report = sanitize_report(report)
     console = console or make_console()
     console.print(verdict_panel(report.verdict))
     for dep in report.deployments:
@@ -42,7 +45,10 @@ def render_report(report: Report, console: Any = None) -> None:
             module = importlib.import_module(f"vllmdiag.render.{name}_view")
         except ModuleNotFoundError:
             continue
-        module.render(report, console)
+        try:
+            module.render(report, console)
+        except Exception as exc:  # odd-typed snapshot data: one section says so, the verdict stays
+            console.print(f"[dim]({name} view not shown: malformed data: {escape(type(exc).__name__)})[/]")
     if report.findings:
         console.print(findings_table(report))
 
@@ -83,7 +89,7 @@ def deployment_tree(dep: dict[str, Any]) -> Any:
     for p in dep["processes"]:
         parent = nodes.get(p["ppid"]) if p["ppid"] in pids else None
         style = STATE_STYLE.get(p.get("state") or "", "") or "default"
-        label = f"{escape(p['title'] or role_of(p))}  pid {p['pid']}  [{style}]{p.get('state')}[/]"
+        label = f"{escape(p['title'] or role_of(p))}  pid {escape(p['pid'])}  [{style}]{escape(p.get('state'))}[/]"
         if parent is None and p["pid"] != dep["root_pid"]:
             label += f"  [dim](ppid {p['ppid']})[/]"
         nodes[p["pid"]] = (parent or tree).add(label)
@@ -98,6 +104,7 @@ def findings_table(report: Report) -> Any:
         table.add_column(col)
     order = {"critical": 0, "warning": 1, "info": 2}
     for f in sorted(report.findings, key=lambda f: order.get(f.severity, 3)):
-        table.add_row(f"[{SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/]", escape(f.layer), escape(f.code), escape(f.node),
+        table.add_row(f"[{SEVERITY_STYLE.get(f.severity, '')}]{escape(f.severity)}[/]", escape(f.layer), escape(f.code),
+                      escape(f.node),
                       escape(f.message))
     return table
