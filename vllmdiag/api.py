@@ -81,14 +81,13 @@ def load_snapshots(path: Path) -> list[Snapshot]:
         for child in sorted(path.glob("*.json")):
             out.extend(load_snapshots(child))
         return out
+    from vllmdiag.infile import InputError, read_input
+
     try:
-        if path.stat().st_size > MAX_SNAPSHOT_BYTES:
-            raise SnapshotError(f"{path}: larger than {MAX_SNAPSHOT_BYTES >> 20} MiB; not a snapshot")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SnapshotError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotError(f"{path}: cannot read: {exc}") from None
+        # Regular files only, never blocking (a FIFO), size capped (/dev/zero): issue 15, item 10.
+        text = read_input(path, "snapshot", MAX_SNAPSHOT_BYTES)
+    except InputError as exc:
+        raise SnapshotError(str(exc)) from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -252,11 +252,13 @@ def _load_cached(extra: str | None) -> Rules:
     base = yaml.safe_load(resources.files("vllmdiag.playbooks").joinpath("stack_rules.yaml").read_text("utf-8"))
     rules = parse_rules(base, "stack_rules.yaml")
     if extra:
+        from vllmdiag.infile import InputError, read_yaml
+
         try:
-            with open(extra, encoding="utf-8") as fh:
-                more = parse_rules(yaml.safe_load(fh), extra, base=False)
-        except OSError as exc:
-            raise StackRulesError(f"{extra}: cannot read: {exc}") from None
+            raw = read_yaml(extra, "stack rules file")  # regular file, size cap, no YAML aliases
+        except InputError as exc:
+            raise StackRulesError(str(exc)) from None
+        more = parse_rules(raw, extra, base=False)
         rules.rules[:0] = more.rules
         rules.precedence = more.precedence + [c for c in rules.precedence if c not in more.precedence]
         for name in ("ops", "backends", "backend_funcs"):

@@ -93,9 +93,11 @@ def analyze_saved(paths: list[Path], snaps: list[Snapshot], pids: list[int] | No
 
 
 def _read_nodes(path: Path) -> list[NodeOutcome]:
+    from vllmdiag.infile import InputError, read_input
+
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = json.loads(read_input(path, "node list", 64 << 20))
+    except (InputError, json.JSONDecodeError, RecursionError) as exc:
         raise SnapshotError(f"{path}: cannot read the node list ({exc})") from None
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
         raise SnapshotError(f"{path}: expected a JSON list of node entries")

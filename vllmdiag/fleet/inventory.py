@@ -45,14 +45,12 @@ class Inventory:
 
 
 def load_inventory(path: Path) -> Inventory:
-    import yaml
+    from vllmdiag.infile import InputError, read_yaml
 
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--inventory {path}: cannot read ({exc})") from None
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--inventory {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raw = read_yaml(path, "inventory") or {}  # regular file, size cap, no YAML aliases (issue 15)
+    except InputError as exc:
+        raise UsageError(f"--inventory {exc}") from None
     return parse_inventory(raw, str(path))
 
 

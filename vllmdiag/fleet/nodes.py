@@ -74,8 +74,10 @@ def estimate_size(text: str) -> int:
 
 
 def _read_hostfile(path: Path) -> list[str]:
+    from vllmdiag.infile import InputError, read_input
+
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--hostfile {path}: cannot read ({exc})") from None
+        lines = read_input(path, "hostfile", 64 << 20).splitlines()  # regular file, never blocks, capped
+    except InputError as exc:
+        raise UsageError(f"--hostfile {exc}") from None
     return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]

@@ -50,6 +50,9 @@ class ConfigError(UsageError):
     pass
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
 class GateConfig:
     tp: int = 1
@@ -101,16 +104,12 @@ def _schema() -> dict[str, tuple[str, Any]]:
 def load_config(path: Path | None) -> GateConfig:
     if path is None:
         return GateConfig()
-    import yaml
+    from vllmdiag.infile import InputError, read_yaml
 
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None
+        raw = read_yaml(path, "gate config", MAX_CONFIG_BYTES)  # regular file, size cap, no YAML aliases
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
     return parse_config(raw if raw is not None else {}, str(path))
 
 
