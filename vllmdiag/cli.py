@@ -115,7 +115,8 @@ def build_app(argv: list[str] | None = None) -> Any:
         except ImportError:
             pass
     for module, attr in (("vllmdiag.fleet.cli", "register"),
-                         ("vllmdiag.gate.cli", "register")):
+                         ("vllmdiag.gate.cli", "register"),
+                         ("vllmdiag.watch.cli", "register")):
         try:
             register = getattr(importlib.import_module(module), attr)
         except (ModuleNotFoundError, AttributeError):

@@ -39,13 +39,17 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
         raise Skip("no vLLM API server process (offline LLM engine, or no deployment)")
     socks = ctx.data("sockets")
     servers = find_servers(socks, {p["pid"] for p in api}, _readlink(ctx.proc("self", "ns", "net")))
-    out: dict[str, Any] = {"api_servers": [_api_info(ctx, p, socks) for p in api], "servers": servers}
+    # options["cheap"]: the watcher's pass every few seconds wants /metrics twice and nothing else
+    # (no /health, no client queues): the rest is for the triage a stall opens.
+    cheap = bool(ctx.options.get("cheap"))
+    out: dict[str, Any] = {"api_servers": [] if cheap else [_api_info(ctx, p, socks) for p in api], "servers": servers}
     gets = [s for s in servers if s["same_netns"]]
     step = min(2.0, max(0.2, ctx.remaining() / 4))
-    for s in servers:
+    for s in [] if cheap else servers:
         _sample_conns(ctx, s, 0)
     for s in gets:
-        s["health"] = get(s["host"], s["port"], "/health", step)
+        if not cheap:
+            s["health"] = get(s["host"], s["port"], "/health", step)
         s["metrics"] = [metrics_sample(s, step, start)]
         if ctx.options.get("probe_request"):
             limit = float(ctx.options.get("probe_request_timeout_s", 8.0))
@@ -55,14 +59,15 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     end = min(start + SPEC.timeout_s, t0 + ctx.remaining()) - RESERVE_S
     ctx.wait_others(end - time.monotonic())
     time.sleep(max(0.0, min(t0 + MIN_GAP_S, end) - time.monotonic()))
-    for s in servers:
+    for s in [] if cheap else servers:
         _sample_conns(ctx, s, 1)
     for s in gets:
         s["metrics"].append(metrics_sample(s, min(1.0, max(0.05, ctx.remaining() - 0.3)), start))
     out["sample_gap_s"] = round(time.monotonic() - t0, 3)
     for s in servers:
         s["connections"] = list(s["connections"].values())
-        _find_peers(ctx, s)
+        if not cheap:
+            _find_peers(ctx, s)
     # Listeners and client connections come from the API server's fds: unreadable fds mean the
     # HTTP side was not seen, which is not "no listener" (issue 15, item 4).
     blind = sorted({p["pid"] for p in api} & set(socks.get("unreadable_pids") or []))

@@ -20,6 +20,7 @@ SPEC = ProbeSpec(
 
 ENV_KEEP = ("VLLM_", "NCCL_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "TORCH_NCCL", "TORCH_DISTRIBUTED",
             "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HF_TOKEN", "TMPDIR")
+CHEAP_ENV_ROLES = ("api_server", "engine_core", "dp_coordinator")  # deployment roots: `watch --select` reads them
 SEED_ROLES = {"api_server", "engine_core", "worker", "dp_coordinator", "api_server_child", "vllm_other"}
 
 
@@ -75,8 +76,11 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
     stat = row["stat"]
     info = row["info"]
     start_s = int(stat["starttime_ticks"]) / ticks
-    threads = _threads(base / "task")
-    environ = read_text(base / "environ")
+    # options["cheap"]: the watcher's pass every few seconds needs states, CPU times and the tree;
+    # per-thread, fd, limit and environment reads (all but a deployment root's) are for triage.
+    cheap = bool(ctx.options.get("cheap"))
+    threads = [] if cheap else _threads(base / "task")
+    environ = read_text(base / "environ") if not cheap or info.role in CHEAP_ENV_ROLES else None
     argv = redact_argv(row["argv"])
     return {
         "pid": pid,
@@ -99,10 +103,10 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         "rss_bytes": int(stat["rss_pages"]) * page,
         "start_time": round(btime + start_s, 2),
         "age_s": round(max(0.0, uptime - start_s), 2),
-        "num_fds": _count(base / "fd"),
-        "rlimit_nofile": _limit(read_text(base / "limits"), "Max open files"),
-        "rlimit_nproc": _limit(read_text(base / "limits"), "Max processes"),
-        "uid": _uid(read_text(base / "status")),
+        "num_fds": None if cheap else _count(base / "fd"),
+        "rlimit_nofile": None if cheap else _limit(read_text(base / "limits"), "Max open files"),
+        "rlimit_nproc": None if cheap else _limit(read_text(base / "limits"), "Max processes"),
+        "uid": None if cheap else _uid(read_text(base / "status")),
         "environ": parse_environ(environ, ENV_KEEP) if environ else {},
         "ns": {n: _readlink(base / "ns" / n) for n in ("pid", "mnt", "net")},
     }

@@ -41,6 +41,8 @@ def parse_maps(text: str) -> list[dict[str, Any]]:
     """Shared mappings of /dev/shm files in one /proc/<pid>/maps (deduplicated by inode)."""
     seen: dict[tuple[int, int], dict[str, Any]] = {}
     for line in text.splitlines():
+        if "/dev/shm/" not in line:  # a torch process maps ~10k lines; match only the few that count
+            continue
         m = _MAPS_LINE.match(line)
         if not m or "/dev/shm/" not in m.group(5):
             continue
@@ -83,7 +85,8 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
             skipped.append({"dir": root["dir"], **skip})
     by_key = {(s["dev"], s["inode"]): s for s in segments}
     others_blind = 0
-    if any((s["dev"], s["inode"]) not in mappers for s in segments):
+    # The watcher's cheap pass leaves leak questions (every other process's maps) to triage.
+    if any((s["dev"], s["inode"]) not in mappers for s in segments) and not ctx.options.get("cheap"):
         # A segment not mapped by vLLM may still be someone else's live segment (a DataLoader):
         # look at every other process before anyone calls it leaked.
         mine = {p["pid"] for p in procs}

@@ -22,6 +22,8 @@ SO_ACCEPTCON = 0x10000
 
 def collect(ctx: Context) -> dict[str, Any] | Partial:
     procs = ctx.data("processes").get("processes", [])
+    if ctx.options.get("cheap"):  # the watcher only needs the API servers' HTTP listeners
+        procs = [p for p in procs if p.get("role") in ("api_server", "api_server_child")]
     owners: dict[int, list[int]] = {}
     netns_pids: dict[str, list[int]] = {}
     unreadable: list[int] = []
@@ -39,7 +41,7 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     for ns, pids in sorted(netns_pids.items()):
         # The first pid may have exited since the processes probe (another deployment shutting down):
         # reading its net/unix then fails and would hide every socket of the namespace; try the next.
-        rep, text = next(((p, t) for p in pids if (t := read_text(ctx.proc(p, "net/unix"))) is not None), (pids[0], ""))
+        rep, text = next(((p, t) for p in pids if (t := _read_unix(ctx, p)) is not None), (pids[0], ""))
         for entry in parse_unix(text):
             if entry["path"]:
                 live_paths.add(entry["path"])
@@ -58,6 +60,12 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     if unreadable:
         return Partial(data, blind_reason("/proc/<pid>/fd", unreadable))
     return data
+
+
+def _read_unix(ctx: Context, pid: int) -> str | None:
+    if ctx.options.get("cheap"):  # the HTTP listener is TCP; net/unix lists every socket of the host
+        return "" if ctx.proc(pid).exists() else None
+    return read_text(ctx.proc(pid, "net/unix"))
 
 
 def socket_inodes(ctx: Context, pid: int) -> list[int] | None:

@@ -1,0 +1,220 @@
+"""The watch loop: cheap passes, progress per deployment, one triage per stall, files and hooks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import resource
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from vllmdiag.analysis.progress import deployment_progress
+from vllmdiag.model import Snapshot
+from vllmdiag.outfile import OutputError
+from vllmdiag.watch import hooks
+from vllmdiag.watch.exporter import Sample
+from vllmdiag.watch.state import STATES, Tracked, Tracker
+from vllmdiag.watch.store import Saved, Store
+
+# Only what is cheap: /proc states and CPU times, /dev/shm ring flags, the API server's /metrics.
+# No py-spy, no NVML, no ZMTP: those are for the triage a stall opens.
+CHEAP_PROBES = ["processes", "shm", "rings", "sockets", "http"]
+PASS_BUDGET_S = 4.0
+
+
+@dataclass
+class WatchConfig:
+    out_dir: Path
+    interval_s: float = 5.0
+    confirm_s: float = 10.0
+    keep: int = 50
+    max_bytes: int = 256 << 20
+    report_suffix: str = ".html"
+    on_stall: list[str] | None = None
+    hook_timeout_s: float = 30.0
+    webhook: str | None = None
+    webhook_timeout_s: float = 5.0
+    budget_s: float = 8.0
+    node: str | None = None
+    # Only deployments whose root process has all these environment variables (of those the
+    # processes probe keeps: VLLM_*, NCCL_*, CUDA_VISIBLE_DEVICES, ...), e.g. two on one node.
+    select: dict[str, str] = field(default_factory=dict)
+    max_passes: int | None = None  # for tests and the bench; None: until SIGTERM/SIGINT
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+
+
+class Watcher:
+    def __init__(self, cfg: WatchConfig, stop: threading.Event | None = None) -> None:
+        self.cfg, self.stop = cfg, stop or threading.Event()
+        self.tracker = Tracker()
+        self.store = Store(cfg.out_dir, cfg.keep, cfg.max_bytes, cfg.report_suffix)
+        self.prev: tuple[Snapshot, float] | None = None
+        self.node = cfg.node or ""
+        self.passes = self.triages = 0
+        self.pass_s = 0.0
+        self._lock = threading.Lock()
+
+    # ---- one pass ---------------------------------------------------------------------------
+    def step(self) -> None:
+        from vllmdiag.api import collect
+
+        start = time.monotonic()
+        options: dict[str, Any] = {"cheap": True, **({"node": self.cfg.node} if self.cfg.node else {})}
+        snap = collect(probes=CHEAP_PROBES, options=options, budget_s=PASS_BUDGET_S)
+        now = time.monotonic()
+        seen = deployment_keys(snap, self.cfg.select)
+        within = {p.deployment_id: p for p in deployment_progress([snap])}
+        across = {p.deployment_id: p for p in deployment_progress([self.prev[0], snap])} if self.prev else {}
+        with self._lock:
+            self.node, self.pass_s, self.passes = snap.node, now - start, self.passes + 1
+            events = self.tracker.observe(seen, within, across, now, self.prev[1] if self.prev else None)
+        self.prev = (snap, now)
+        for ev in events:
+            if ev.kind == "suspect":
+                self._triage(ev.tracked)
+            else:
+                self._note(f"{ev.kind} {ev.tracked.deployment_id} (root pid {ev.tracked.root_pid})")
+
+    def _triage(self, t: Tracked) -> None:
+        from vllmdiag.api import triage
+
+        options: dict[str, Any] = {"node": self.cfg.node} if self.cfg.node else {}
+        # TEMPORARY: api.triage takes confirm_s once the progress helper's confirm window lands.
+        import inspect
+
+        more: dict[str, Any] = {"confirm_s": self.cfg.confirm_s} if "confirm_s" in inspect.signature(triage).parameters else {}
+        result = triage(pids=[t.root_pid], options=options, budget_s=self.cfg.budget_s + self.cfg.confirm_s, **more)
+        report = result.report.to_dict()
+        verdict = deployment_verdict(report, t.root_pid)
+        with self._lock:
+            self.triages += 1
+            stall = self.tracker.confirmed(t, verdict)
+        if not stall:
+            self._note(f"suspicion cleared {t.deployment_id}: it moved while the triage looked")
+            return
+        snaps = result.report.snapshots
+        payload = snaps[0].to_dict() if len(snaps) == 1 else {"snapshots": [s.to_dict() for s in snaps]}
+        try:
+            saved: Saved | None = self.store.save(t.deployment_id, payload, result.report)
+        except (OSError, OutputError) as exc:  # a full disk, a directory where a file should be
+            saved = None
+            self._note(f"could not save the snapshot of {t.deployment_id} in {self.cfg.out_dir}: {exc}")
+        self.cfg.out.write(stall_line(t, verdict, saved) + "\n")
+        self.cfg.out.flush()
+        if saved is not None:
+            self._hooks(t, verdict, saved, report)
+
+    def _hooks(self, t: Tracked, verdict: dict[str, Any], saved: Saved, report: dict[str, Any]) -> None:
+        culprit = (verdict.get("culprits") or [{}])[0]
+        if self.cfg.on_stall:
+            env = {"VLLMDIAG_WATCH_SNAPSHOT": str(saved.snapshot), "VLLMDIAG_WATCH_REPORT": str(saved.report or ""),
+                   "VLLMDIAG_WATCH_DEPLOYMENT": t.deployment_id, "VLLMDIAG_WATCH_STATUS": str(verdict.get("status")),
+                   "VLLMDIAG_WATCH_LAYER": str(verdict.get("layer") or ""),
+                   "VLLMDIAG_WATCH_CULPRIT_PID": str(culprit.get("pid") or "")}
+            how = hooks.run_command(self.cfg.on_stall, str(saved.snapshot), env, self.cfg.hook_timeout_s, self.stop)
+            self._note(f"--on-stall for {t.deployment_id}: {how}")
+        if self.cfg.webhook:
+            payload = {"event": "stall", "node": self.node, "deployment": t.deployment_id, "at": _utc(),
+                       "snapshot_path": str(saved.snapshot), "report_path": str(saved.report or ""),
+                       "verdict": verdict, "result": report}
+            how = hooks.post_json(self.cfg.webhook, payload, self.cfg.webhook_timeout_s)
+            self._note(f"--webhook for {t.deployment_id}: {how}")
+
+    def _note(self, text: str) -> None:
+        self.cfg.err.write(f"{_utc()} vllmdiag watch: {clean(text)}\n")
+        self.cfg.err.flush()
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def run(self) -> int:
+        self.store.prepare()
+        self._note(f"watching {self.cfg.node or 'this node'} every {self.cfg.interval_s:g} s "
+                   f"(confirm {self.cfg.confirm_s:g} s), saving stalls to {self.cfg.out_dir}")
+        while not self.stop.is_set():
+            began = time.monotonic()
+            self.step()
+            if self.cfg.max_passes is not None and self.passes >= self.cfg.max_passes:
+                break
+            self.stop.wait(max(0.0, began + self.cfg.interval_s - time.monotonic()))
+        self._note("stopped")
+        return 0
+
+    # ---- the exporter's view -----------------------------------------------------------------
+    def samples(self) -> list[Sample]:
+        now = time.monotonic()
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        with self._lock:
+            node, deps = self.node, list(self.tracker.deps.values())
+            out: list[Sample] = [
+                ("vllmdiag_watch_cpu_seconds_total", {"node": node}, round(own.ru_utime + own.ru_stime, 3)),
+                ("vllmdiag_watch_children_cpu_seconds_total", {"node": node}, round(kids.ru_utime + kids.ru_stime, 3)),
+                ("vllmdiag_watch_pass_duration_seconds", {"node": node}, round(self.pass_s, 4)),
+                ("vllmdiag_watch_passes_total", {"node": node}, self.passes),
+                ("vllmdiag_watch_triages_total", {"node": node}, self.triages),
+                ("vllmdiag_watch_deployments", {"node": node}, len(deps)),
+            ]
+            for t in deps:
+                out += _deployment_samples(node, t, now)
+        return out
+
+
+def _deployment_samples(node: str, t: Tracked, now: float) -> list[Sample]:
+    labels = {"node": node, "deployment": t.deployment_id}
+    culprit = (t.verdict.get("culprits") or [{}])[0]
+    rank = culprit.get("rank")
+    out: list[Sample] = [
+        ("vllmdiag_deployment_stalled", labels, 1 if t.state == "stalled" else 0),
+        ("vllmdiag_seconds_since_progress", labels, round(t.since_progress(now), 3)),
+        ("vllmdiag_stalls_total", labels, t.stalls),
+        ("vllmdiag_last_culprit_rank", labels, rank if isinstance(rank, int) and not isinstance(rank, bool) else -1),
+    ]
+    out += [("vllmdiag_deployment_state", {**labels, "state": s}, 1 if t.state == s else 0) for s in STATES]
+    if t.verdict:
+        out.append(("vllmdiag_last_verdict_info", {**labels, "status": str(t.verdict.get("status")),
+                                                   "layer": str(t.verdict.get("layer") or ""),
+                                                   "culprit_role": str(culprit.get("role") or ""),
+                                                   "culprit_pid": str(culprit.get("pid") or "")}, 1))
+    return out
+
+
+def deployment_keys(snap: Snapshot, select: dict[str, str] | None = None) -> dict[str, tuple[str, int]]:
+    """key -> (deployment id, root pid); the key adds the root's start time, so a restart is new."""
+    from vllmdiag.analysis.deployments import find_deployments
+
+    out: dict[str, tuple[str, int]] = {}
+    for dep in find_deployments(snap):
+        root = dep.by_pid(dep.root_pid) or {}
+        env = root.get("environ") or {}
+        if any(env.get(k) != v for k, v in (select or {}).items()):
+            continue
+        out[f"{dep.id}@{root.get('start_time')}"] = (dep.id, dep.root_pid)
+    return out
+
+
+def deployment_verdict(report: dict[str, Any], root_pid: int) -> dict[str, Any]:
+    for dep in report.get("deployments", []):
+        if dep.get("root_pid") == root_pid:
+            return dict(dep.get("verdict") or {})
+    return dict(report.get("verdict") or {})  # it vanished during the triage: the node's verdict
+
+
+def stall_line(t: Tracked, verdict: dict[str, Any], saved: Saved | None) -> str:
+    culprit = (verdict.get("culprits") or [{}])[0]
+    who = "-"
+    if culprit:
+        who = f"{culprit.get('title') or culprit.get('role')} pid={culprit.get('pid')} rank={culprit.get('rank')}"
+    where = str(saved.snapshot) if saved else "(not saved)"
+    return clean(f"{_utc()} STALL {t.deployment_id} {verdict.get('status')} layer={verdict.get('layer')} "
+                 f"culprit={who} snapshot={where}" + (f" report={saved.report}" if saved and saved.report else ""))
+
+
+def clean(text: str) -> str:
+    """One printable line: titles and node names come from the target and may carry escapes."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)[:1000]
+
+
+def _utc() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
