@@ -86,20 +86,47 @@ def measure(tp: int, fault: str, runs: int, pyspy: str) -> dict[str, object]:
             "ratio_in_process": round(i / s, 2), "collect_peak_rss_mb": round(rss_kb / 1024, 1)}
 
 
+def measure_stall(tp: int, fault: str, runs: int, confirm_s: float) -> dict[str, object]:
+    """A stalled node: the verdict must arrive within the confirm window plus 1 s (issue 13)."""
+    with Deployment.up(tp=tp, fault=fault) as dep:
+        cli = [sys.executable, "-m", "vllmdiag", "triage", "--json", "--pid", str(dep.root_pid),
+               "--confirm", str(confirm_s)]
+        walls, status = [], ""
+        for _ in range(runs):
+            start = time.perf_counter()
+            out = subprocess.run(cli, capture_output=True, text=True, timeout=120, env=ENV)
+            walls.append(time.perf_counter() - start)
+            verdict = json.loads(out.stdout)["verdict"]
+            status = f"{verdict['status']}/{verdict['layer']}"
+    w = statistics.median(walls)
+    return {"tp": tp, "fault": fault, "runs": runs, "confirm_s": confirm_s, "verdict": status,
+            "verdict_cli_s": round(w, 2), "over_window_s": round(w - confirm_s, 2), "max_s": round(max(walls), 2)}
+
+
+def _table(rows: list[dict[str, object]]) -> None:
+    keys = list(rows[0])
+    print("  ".join(f"{k:>{max(len(k), 9)}}" for k in keys))
+    for row in rows:
+        print("  ".join(f"{row[k]!s:>{max(len(k), 9)}}" for k in keys))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tp", type=int, default=8)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--faults", default="healthy,straggler")
+    ap.add_argument("--stalled", default="uniform-collective,uniform-sync",
+                    help="faults with no odd one out: time to the verdict vs the confirm window ('' = skip)")
+    ap.add_argument("--confirm", type=float, default=10.0)
     args = ap.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    rows = [measure(args.tp, fault, args.runs, pyspy) for fault in args.faults.split(",")]
+    rows = [measure(args.tp, fault, args.runs, pyspy) for fault in args.faults.split(",") if fault]
+    stalls = [measure_stall(args.tp, fault, min(args.runs, 3), args.confirm) for fault in args.stalled.split(",") if fault]
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "triage.json").write_text(json.dumps(rows, indent=2) + "\n")
-    keys = list(rows[0])
-    print("  ".join(f"{k:>{max(len(k), 9)}}" for k in keys))
-    for row in rows:
-        print("  ".join(f"{row[k]!s:>{max(len(k), 9)}}" for k in keys))
+    (RESULTS / "triage.json").write_text(json.dumps(rows + stalls, indent=2) + "\n")
+    for table in (rows, stalls):
+        if table:
+            _table(table)
     return 0
 
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
 from vllmdiag.analysis.stacks import StackClass, call_site, stop_signature
@@ -87,3 +92,42 @@ def test_call_site_is_the_first_frame_outside_the_collective_library() -> None:
               ("all_reduce", "vllm/distributed/parallel_state.py", 500),
               ("forward", "vllm/model_executor/models/minimax_m2.py", 136)]
     assert call_site(frames) == "vllm/model_executor/models/minimax_m2.py:136"
+
+
+BASE = {"schema_version": 1, "node": "n1", "collected_at": "", "vllmdiag_version": "x", "duration_s": 0.1, "probes": {}}
+
+
+@pytest.mark.parametrize("passes", ["x", [1], [{**BASE, "passes": [BASE]}], [BASE] * 300])
+def test_malformed_passes_are_one_line_bad_input(tmp_path: Path, passes: Any) -> None:
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps({**BASE, "passes": passes}))
+    out = subprocess.run([sys.executable, "-m", "vllmdiag", "analyze", str(f)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "passes" in out.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "601", "soon"])
+def test_confirm_option_is_checked(value: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "vllmdiag", "triage", "--confirm", value], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+sim = pytest.importorskip("vllmdiag_sim.deployment")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="py-spy needs root to read the simulator's stacks")
+def test_cli_confirm_off_says_suspected_and_the_saved_file_agrees(tmp_path: Path) -> None:
+    with sim.Deployment.up(tp=2, fault="uniform-collective") as d:
+        saved = tmp_path / "snap.json"
+        argv = [sys.executable, "-m", "vllmdiag", "triage", "--json", "--pid", str(d.root_pid), "--confirm", "0",
+                "--save", str(saved)]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        root = d.root_pid
+    live = json.loads(out.stdout)
+    assert out.returncode == 1 and live["verdict"]["status"] == "degraded", live["verdict"]["summary"]
+    assert any(f["code"] == "gpu.stall_suspected" for f in live["findings"])
+    again = subprocess.run([sys.executable, "-m", "vllmdiag", "analyze", "--json", "--pid", str(root), str(saved)], capture_output=True,
+                           text=True, timeout=60)
+    assert json.loads(again.stdout)["verdict"] == live["verdict"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,16 +48,74 @@ def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None =
     return collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s)
 
 
+DEFAULT_CONFIRM_S = 10.0
+
+
 def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
            options: dict[str, Any] | None = None, budget_s: float = DEFAULT_BUDGET_S,
-           ctx: Context | None = None) -> TriageResult:
+           ctx: Context | None = None, confirm_s: float = DEFAULT_CONFIRM_S,
+           on_confirm: Callable[[float, float], None] | None = None) -> TriageResult:
+    """The quick pass; a stack resample of the few pictures that would be a hang if they held; and,
+    only when work is in flight and nothing moved, the confirm window (``confirm_s``, 0 = off)."""
+    from vllmdiag import confirm
+    from vllmdiag.analysis.engine import analyze
+
     opts = dict(options or {})
     if pids:
         opts["pids"] = list(pids)
-    snap = collect(probes=probes, options=opts, budget_s=budget_s, ctx=ctx)
-    from vllmdiag.analysis.engine import analyze
+    wanted = set(pids) if pids else None
+    quick_ctx = confirm.fresh_context(ctx)
+    snap = collect_node(probes=probes, options=opts, budget_s=budget_s, ctx=ctx)
+    report = analyze([snap], wanted)
+    roots = suspected_roots(report)
+    if confirm_s > 0 and roots:
+        from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
 
-    return TriageResult(analyze([snap], set(pids) if pids else None))
+        def still(s: Snapshot) -> bool:
+            return any(is_stalled(p) for p in deployment_progress(all_passes(s))
+                       if p.deployment_id in roots.values())
+
+        confirm.watch(snap, sorted(roots), confirm_s, still, collect, opts, quick_ctx, on_confirm)
+        report = analyze([snap], wanted)
+    return TriageResult(report)
+
+
+def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
+                 budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None) -> Snapshot:
+    """One node's snapshot as triage and ``vllmdiag collect`` take it: the quick pass, then a second
+    stack dump of the few processes whose picture would be a hang if it held (costs nothing when
+    nothing looks odd). The choice of those pids is analysis; a node without it (a --ship bundle
+    lacking the rules) keeps the quick pass alone."""
+    from vllmdiag import confirm
+
+    quick_ctx = confirm.fresh_context(ctx)
+    snap = collect(probes=probes, options=options, budget_s=budget_s, ctx=ctx)
+    done_at = time.monotonic()
+    if probes is not None and "stacks" not in probes:
+        return snap
+    try:
+        from vllmdiag.analysis.gpu import resample_pids
+
+        again = resample_pids(snap)
+    except (ImportError, OSError, ValueError) as exc:  # rules missing or unreadable: say so, keep the pass
+        snap.options["resample"] = f"skipped: {type(exc).__name__}: {exc}"
+        return snap
+    if again:
+        confirm.resample(snap, again, collect, dict(options or {}), quick_ctx, time.monotonic() - done_at)
+    return snap
+
+
+def suspected_roots(report: Report) -> dict[int, str]:
+    """Root pid -> deployment id of deployments with work in flight, nothing moved, and no blocking
+    finding already: only those need the confirm window (the healthy path never opens it)."""
+    out = {}
+    for dep in report.deployments:
+        mine = [f for f in report.findings if f.deployment == dep.deployment.id]
+        if any(f.blocking for f in mine):
+            continue
+        if any(f.evidence.get("needs_confirm") is True for f in mine):
+            out[dep.deployment.root_pid] = dep.deployment.id
+    return out
 
 
 def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageResult:

@@ -177,6 +177,8 @@ def triage_command(
     nccl_ras: Annotated[bool, _opt("--nccl-ras", help="ask NCCL's RAS service once (NCCL >= 2.24)")] = False,
     probe_request: Annotated[bool, _opt("--probe-request", help="send one 1-token completion to the API")] = False,
     watch: Annotated[float, _opt("--watch", help="observe this many seconds and report rates")] = 0.0,
+    confirm: Annotated[float, _opt("--confirm", help="when work is in flight and nothing moved, keep watching up "
+                                   "to this many seconds before calling it a hang (0 = off)")] = 10.0,
 ) -> int:
     """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
     from vllmdiag.api import triage
@@ -185,6 +187,8 @@ def triage_command(
         raise UsageError("--budget must be between 0.2 and 600 seconds")
     if not 0 <= watch <= 3600:
         raise UsageError("--watch must be between 0 and 3600 seconds")
+    if not 0 <= confirm <= 600:
+        raise UsageError("--confirm must be between 0 and 600 seconds")
     if native and nonblocking:
         raise UsageError("--native cannot be combined with --nonblocking (py-spy refuses it)")
     _check_report_name(report)
@@ -192,8 +196,38 @@ def triage_command(
                                "probe_request": probe_request}
     if watch:
         options["watch_s"] = watch
-    result = triage(pids=pid, probes=probe, options=options, budget_s=budget + watch)
+    with _confirm_bar() as tick:
+        result = triage(pids=pid, probes=probe, options=options, budget_s=budget + watch, confirm_s=confirm,
+                        on_confirm=tick)
     return emit(result, json_out, report, save)
+
+
+class _confirm_bar:  # noqa: N801 (used as a context manager, reads like a function)
+    """A progress bar on stderr while the confirm window watches, on a terminal only (never in --json
+    pipes, logs or CI output); created on the first tick, so the healthy path never imports rich."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> Callable[[float, float], None] | None:
+        return self.tick if sys.stderr.isatty() else None
+
+    def tick(self, watched_s: float, window_s: float) -> None:
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn
+
+            self.bar = Progress(TextColumn("work in flight, nothing moved yet: watching"), BarColumn(),
+                                TextColumn("{task.completed:.1f}/{task.total:.0f} s"),
+                                console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("confirm", total=window_s)
+        self.bar.update(self.task, completed=watched_s)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def analyze_command(

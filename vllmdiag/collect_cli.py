@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     if not 0.2 <= args.budget <= 600:
         sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
         return EXIT_USAGE
-    from vllmdiag.api import collect
+    from vllmdiag.api import collect_node as collect
     from vllmdiag.registry import RegistryError
 
     options = {"native": args.native, "nonblocking": args.nonblocking, "nccl_ras": args.nccl_ras,

@@ -39,6 +39,11 @@ FAULTS: dict[str, str] = {
     "client-stalled": "an HTTP client stops reading its stream; the server's Send-Q grows",
     "shm-leak": "leaked psm_* segments in /dev/shm, as after a SIGKILL of a whole deployment",
     "shm-small": "a private /dev/shm too small for the rings (namespaced node; start only)",
+    "uniform-collective": "every rank waits in the same all_reduce forever (a wedged NCCL kernel); nothing moves",
+    "uniform-sync": "every rank (TP=1: the EngineCore) waits at GPUModelRunner._to_list for a GPU that never finishes",
+    "long-step": "every step takes 2 s (a big prefill): slow but moving, must not be called a hang",
+    "healthy-slow": "streaming load with 0.4 s steps: tokens come slowly but steadily",
+    "compiling": "one rank in a cold torch.compile (inductor) while its peers wait in all_reduce",
 }
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
 # catalog). who is the culprit's kind: "worker" (the faulted rank), "engine_core", "api_server",
@@ -61,8 +66,9 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "shm-small": ("degraded", "queue", "segments"),
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
-          "straggler", "collective-mismatch"}
-NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled"}
+          "straggler", "collective-mismatch", "compiling"}
+NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled", "long-step", "healthy-slow"}
+NEEDS_GROUP = {"uniform-collective"}  # a collective needs peers: TP=1 skips it entirely
 SETTLE_S = 0.3  # after the culprit acks, give its peers time to reach their own waits
 TIMEOUT_S = 20.0
 
@@ -80,6 +86,8 @@ def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int |
         raise FaultError("--nnodes needs --master-port, a TP size divisible by it, and --dp 1")
     if fault in RANKED and tp == 1 and dp == 1:
         raise FaultError(f"{fault} needs worker processes: TP=1 runs in-process (UniProcExecutor)")
+    if fault in NEEDS_GROUP and tp == 1:
+        raise FaultError(f"{fault} needs a TP group: at TP=1 vLLM skips the collective")
 
 
 def inject(dep: Deployment, fault: str, rank: int | None) -> None:
@@ -195,4 +203,9 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "collective-mismatch": lambda d, r: _hang_with_request(d, f"collective-mismatch-{r}"),
     "client-stalled": _client_stalled,
     "shm-leak": leak.leak_segments,
+    "uniform-collective": lambda d, r: _hang_with_request(d, f"uniform-collective-{r}"),
+    "uniform-sync": lambda d, r: _hang_with_request(d, f"uniform-sync-{r}"),
+    "long-step": lambda d, r: _hang_with_request(d, f"long-step-{r}"),
+    "healthy-slow": lambda d, r: _with_client(d, "load", "client-load"),
+    "compiling": lambda d, r: _hang_with_request(d, f"compiling-{r}"),
 }

@@ -91,7 +91,9 @@ def _engines_waiting_below(snap: Snapshot, engines: list[dict[str, Any]]) -> boo
     from vllmdiag.analysis.stacks import classify_snapshot
 
     classes = classify_snapshot(snap)
-    waiting = ("engine_waiting_workers", "engine_blocked_full_ring")
+    waiting = ("engine_waiting_workers", "engine_blocked_full_ring",
+               # TP=1 (UniProcExecutor): the EngineCore runs the model step itself (vllm-internals 5.4)
+               "sync_point", "collective", "executing", "compiling")
     return bool(engines) and all((c := classes.get(e["pid"])) is not None and c.name in waiting for e in engines)
 
 

@@ -125,7 +125,10 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
     if blind:
         return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
                        + "; ".join(blind), evidence=blind, confidence="low", next_steps=[FIX])
-    return Verdict(status="healthy", summary="All layers answer: processes alive, queues moving, ranks agree.")
+    # Say what was seen: "moving" only when something moved, "idle" when nothing was in flight.
+    progress = next((f.message for f in findings if f.code == "gpu.progress"), None)
+    return Verdict(status="healthy", summary="Healthy: processes alive, ranks agree. "
+                   + (progress or "Progress not judged: no stacks, rings or metrics of it were sampled."))
 
 
 def overall(snapshots: list[Snapshot], reports: list[DeploymentReport], findings: list[Finding]) -> Verdict:

@@ -2,8 +2,8 @@
 
 A collective finishes only when every rank of the group joined it, so ranks waiting in one while
 a peer is elsewhere wait for that peer: a straggler (outside any collective), a mismatch (another
-op), or missing (no stack). One sample can catch that picture in passing under load, so the stacks
-probe samples odd ranks again ``resample``; only a picture that holds is critical. Stack classes are
+op), or missing (no stack). One sample can catch that picture in passing under load, so triage
+samples odd ranks again (``resample``, vllmdiag/confirm.py); only a picture that holds is critical. Stack classes are
 folded into rank sets (``TP[0-2,4-7]``) the way LLNL STAT folds MPI ranks.
 """
 
@@ -24,6 +24,7 @@ CODES = ("gpu.rank_straggler", "gpu.collective_mismatch", "gpu.rank_missing", "g
 SPIN_UTIL_PCT, SPIN_POWER_FRACTION = 95, 0.6  # busy-wait kernels keep SMs "utilized" without drawing full power
 KIND_CODE = {"mismatch": "gpu.collective_mismatch", "straggler": "gpu.rank_straggler", "missing": "gpu.rank_missing"}
 GroupKey = tuple[int, int, int]
+LONG_PHASE = ("compiling",)
 
 
 @dataclass
@@ -93,13 +94,24 @@ def compare_group(members: dict[int, dict[str, Any]], classes: dict[int, StackCl
             res.odd.append(OddRank(rank, proc["pid"] if proc else None, "missing", None))
         else:
             res.odd.append(OddRank(rank, proc["pid"], "mismatch" if c.name == "collective" else "straggler", c))
+    if any(o.cls is not None and o.cls.name in LONG_PHASE for o in res.odd):
+        return None  # a rank compiling (or capturing graphs) arrives when done: never a straggler for it
     # The waiters must be the majority, or face a single rank (TP=2): otherwise no rank is "the odd one".
     return res if res.odd and (len(res.waiting) > len(res.odd) or len(res.odd) == 1) else None
 
 
-def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:
-    """For the stacks probe: odd ranks plus one waiter per group, and EngineCores busy while all
-    their workers idle -- pictures that are a hang if they hold and normal in passing."""
+def resample_pids(snapshot: Snapshot) -> list[int]:
+    """For the orchestrator's second stack look (vllmdiag/confirm.py): odd ranks plus one waiter per
+    group, and EngineCores busy while all their workers idle -- a hang if it holds, normal in passing."""
+    from vllmdiag.analysis.deployments import find_deployments
+
+    classes = classify_snapshot(snapshot)
+    wanted = set(snapshot.options.get("pids") or [])
+    return sorted({pid for dep in find_deployments(snapshot) if not wanted or dep.pids & wanted
+                   for pid in _resample_for(dep.processes, classes)})
+
+
+def _resample_for(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:
     pids: list[int] = []
     for members in tp_groups(procs).values():
         cmp = compare_group(members, classes)
@@ -168,7 +180,7 @@ def _odd_finding(snap: Snapshot, dep: Deployment, key: GroupKey, members: dict[i
         reason = f"{o.kind}: peers {waiting} wait in {what}; {name} {desc}"
         culprits.append(culprit(snap, proc, reason) if proc else
                         Culprit(snap.node, None, "worker", o.rank, f"VLLM::Worker_TP{o.rank}", reason))
-    spin = [r for r in cmp.waiting if _spinning(gpus.get(members[r]["pid"]))]
+    spin = [r for r in cmp.waiting if spinning(gpus.get(members[r]["pid"]))]
     evidence: dict[str, Any] = {
         "group": {"dp": key[0], "pp": key[1], "pcp": key[2]}, "op": cmp.op, "backend": peer.backend,
         "waiting": waiting, "peer_stack": peer.key_frames, "peer_where": peer.where,
@@ -203,7 +215,7 @@ def _classes_summary(snap: Snapshot, dep: Deployment, classes: dict[int, StackCl
 def _nvml_signals(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass],
                   gpus: dict[int, dict[str, Any]]) -> list[Finding]:
     out = []
-    spin = [p for p in dep.workers if _spinning(gpus.get(p["pid"])) and
+    spin = [p for p in dep.workers if spinning(gpus.get(p["pid"])) and
             (c := classes.get(p["pid"])) is not None and c.name in ("collective", "sync_point")]
     if spin:
         names = fold([rank_name(p) for p in spin])
@@ -234,7 +246,7 @@ def gpu_by_pid(nvml: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _spinning(g: dict[str, Any] | None) -> bool:
+def spinning(g: dict[str, Any] | None) -> bool:
     if not g or g.get("util_pct") is None or g["util_pct"] < SPIN_UTIL_PCT:
         return False
     power, limit = g.get("power_w"), g.get("power_limit_w")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmdiag.analysis.deployments import Deployment, find_deployments, role_of
-from vllmdiag.analysis.stacks import StackClass, classify_threads, stop_signature
+from vllmdiag.analysis.stacks import StackClass, call_site, classify_threads, stop_signature, thread_frames
 from vllmdiag.model import Snapshot
 
 COUNTERS = ("generation_tokens", "prompt_tokens", "steps", "requests_finished")
@@ -155,10 +155,13 @@ def _last_flags(ring: dict[str, Any]) -> str | None:
 
 
 # ---- stacks ------------------------------------------------------------------------------------
-def stack_observations(passes: list[Snapshot], dep: Deployment) -> dict[int, list[tuple[StackClass, tuple[Any, ...]]]]:
-    """pid -> (class, stop signature) per observation, in time order (dump, its resample, next pass...)."""
+Observation = tuple[StackClass, tuple[Any, ...], str | None]  # class, stop signature, call site
+
+
+def stack_observations(passes: list[Snapshot], dep: Deployment) -> dict[int, list[Observation]]:
+    """pid -> (class, stop signature, call site) per look, in time order (dump, its resample, next pass...)."""
     roles = {p["pid"]: role_of(p) for p in dep.processes}
-    out: dict[int, list[tuple[StackClass, tuple[Any, ...]]]] = {}
+    out: dict[int, list[Observation]] = {}
     for snap in passes:
         for d in snap.data("stacks").get("dumps", []) or []:
             if not isinstance(d, dict) or roles.get(d.get("pid")) not in COMPUTE_ROLES:
@@ -166,7 +169,8 @@ def stack_observations(passes: list[Snapshot], dep: Deployment) -> dict[int, lis
             for threads in (d.get("threads"), (d.get("resample") or {}).get("threads")):
                 if threads:
                     sc = classify_threads(threads, roles[d["pid"]])
-                    out.setdefault(int(d["pid"]), []).append((sc, stop_signature(threads, sc)))
+                    site = call_site(thread_frames(threads, sc))
+                    out.setdefault(int(d["pid"]), []).append((sc, stop_signature(threads, sc), site))
     return out
 
 
@@ -179,7 +183,7 @@ def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
             busy.append(f"{names.get(pid, pid)} {last.label}")
         if len(obs) < 2:
             continue
-        if len({sig for _, sig in obs}) > 1:
+        if len({sig for _, sig, _ in obs}) > 1:
             moved.append(str(names.get(pid, pid)))
         elif last.name in STEP_CLASSES:
             still.append(f"{names.get(pid, pid)} held {last.label} at {last.where}")

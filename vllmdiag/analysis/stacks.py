@@ -234,7 +234,9 @@ def stop_signature(threads: list[dict[str, Any]], sc: StackClass) -> tuple[Any, 
     while i < len(frames) and (_last(frames[i][0]) in WAIT_FUNCS or
                                any(fnmatch.fnmatchcase(frames[i][1], g) for g in WAIT_FILES)):
         i += 1
-    return (sc.label, tuple(frames[i:]))
+    # py-spy's JSON says "MessageQueue.dequeue", its --subprocesses text may say "dequeue"; paths
+    # are shortened differently too: compare what both forms agree on.
+    return (sc.label, tuple((_last(f[0]), f[1].rsplit("/", 1)[-1], f[2]) for f in frames[i:]))
 
 
 def call_site(frames: list[Frame]) -> str | None:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes._procfs import parse_stat, read_text
 from vllmdiag.probes._pyspy_text import parse_tree_dump
@@ -30,7 +29,6 @@ SPEC = ProbeSpec(name="stacks", layer="gpu", description="py-spy stacks of every
 DUMP_TIMEOUT_S = 3.0
 STOPPED_TIMEOUT_S = 1.0  # T/D targets: a non-blocking read either answers at once or not at all
 MAX_FRAMES = 96
-SETTLE_S = 0.3  # a decode step takes 10-100 ms: a picture still there 0.3 s later is not in passing
 DUMP_ROLES = ("api_server", "api_server_child", "engine_core", "worker", "dp_coordinator", "spawn_child")
 PTRACE_FIX = "run as root, add CAP_SYS_PTRACE, or kubectl debug --profile=general"
 CAP_SYS_PTRACE = 19
@@ -44,6 +42,9 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     if exe is None:
         raise Skip(f"py-spy not found on PATH or next to {sys.executable}; pip install py-spy")
     targets = select_targets(ctx.data("processes"), ctx.options.get("pids"))
+    only = ctx.options.get("stack_pids")  # the orchestrator's second look at a few processes
+    if only:
+        targets = [p for p in targets if p["pid"] in set(only)]
     blocked = {p["pid"]: why for p in targets if (why := ptrace_block(ctx, p)) is not None}
     if targets and len(blocked) == len(targets):
         raise Skip(next(iter(blocked.values())))
@@ -53,11 +54,10 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     workers = max(1, min(len(targets), os.cpu_count() or 2))
     start = time.monotonic()
     todo = [p for p in targets if p["pid"] not in blocked]
-    dumps = dump_trees(ctx, exe, todo, mode) if mode != "native" else []
+    dumps = dump_trees(ctx, exe, todo, mode) if mode != "native" and not only else []
     done = {d["pid"] for d in dumps}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
         dumps += list(pool.map(lambda p: dump_one(ctx, exe, p["pid"], mode), [p for p in todo if p["pid"] not in done]))
-        _resample(ctx, exe, mode, targets, dumps, pool)
     dumps += [{"pid": pid, "status": "skipped", "reason": why, "duration_s": 0.0} for pid, why in blocked.items()]
     data = {"py_spy": exe, "mode": mode, "concurrency": workers, "wall_s": round(time.monotonic() - start, 4),
             "dumps": sorted(dumps, key=lambda d: d["pid"])}
@@ -66,26 +66,6 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
         return Partial(data, f"{len(failed)} of {len(dumps)} dumps not ok: "
                        + "; ".join(f"pid {d['pid']} {d['status']} ({d.get('reason')})" for d in failed[:3]))
     return data
-
-
-def _resample(ctx: Context, exe: str, mode: str, procs: list[dict[str, Any]], dumps: list[dict[str, Any]],
-              pool: ThreadPoolExecutor) -> None:
-    """Dump again, SETTLE_S later, the few processes whose first picture would be a hang if it held
-    (an odd rank out of a collective; an EngineCore busy while its workers idle). Under load such
-    pictures pass within a step (tens of ms); costs nothing when nothing looks odd."""
-    from vllmdiag.analysis.gpu import resample_pids
-    from vllmdiag.analysis.stacks import classify_threads
-
-    roles = {p["pid"]: p.get("role") for p in procs}
-    by_pid = {d["pid"]: d for d in dumps}
-    classes = {pid: classify_threads(d["threads"], roles.get(pid)) for pid, d in by_pid.items() if d.get("threads")}
-    pids = [pid for pid in resample_pids(procs, classes) if pid in by_pid]
-    if not pids or ctx.remaining() < SETTLE_S + STOPPED_TIMEOUT_S or ctx.cancelled:
-        return
-    time.sleep(SETTLE_S)
-    for pid, again in zip(pids, pool.map(lambda pid: dump_one(ctx, exe, pid, mode), pids), strict=True):
-        by_pid[pid]["resample"] = {"after_s": SETTLE_S, "status": again["status"], "reason": again.get("reason"),
-                                   "threads": again.get("threads", [])}
 
 
 def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
@@ -140,15 +120,27 @@ def select_targets(processes: dict[str, Any], pids: list[int] | None) -> list[di
              and p.get("pid") != processes.get("self_pid")]
     if not pids:
         return procs
-    from vllmdiag.analysis.deployments import find_deployments  # pure; copies keep the probe data intact
-
-    snap = Snapshot("local", "", "", 0.0, {"processes": ProbeResult("ok", 0.0, None, {
-        "processes": [dict(p) for p in processes.get("processes", [])]})})
-    wanted: set[int] = set(pids)
-    for dep in find_deployments(snap):
-        if dep.pids & set(pids) or dep.root_pid in pids:
-            wanted |= dep.pids
+    wanted = same_trees(processes.get("processes", []), set(pids))
     return [p for p in procs if p["pid"] in wanted]
+
+
+def same_trees(rows: list[dict[str, Any]], pids: set[int]) -> set[int]:
+    """The given pids' whole process trees (up to the outermost listed ancestor, then every
+    descendant), plus orphans in the same process group (workers of a dead EngineCore keep the pgid
+    fork gave them). Plain tree walking: which tree is a deployment is analysis's business."""
+    by_pid = {p["pid"]: p for p in rows if isinstance(p, dict) and isinstance(p.get("pid"), int)}
+
+    def top(pid: int) -> int:
+        seen = set()
+        while by_pid.get(pid, {}).get("ppid") in by_pid and pid not in seen:
+            seen.add(pid)
+            pid = by_pid[pid]["ppid"]
+        return pid
+
+    tops = {pid: top(pid) for pid in by_pid}
+    roots = {tops[p] for p in pids if p in tops}
+    groups = {by_pid[r].get("pgid") for r in roots} - {None}
+    return set(pids) | {p for p, t in tops.items() if t in roots or (t == p and by_pid[p].get("pgid") in groups)}
 
 
 def ptrace_block(ctx: Context, proc: dict[str, Any]) -> str | None:

@@ -7,9 +7,16 @@ The blocking receive is inline in each function so a rank waiting for its peers 
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
-from vllmdiag_sim import collective
+from vllmdiag_sim import collective, runtime
+
+_WEDGE: list[str] = []  # an ack name: the next all_reduce never completes (a wedged NCCL kernel)
+
+
+def wedge(ack: str) -> None:
+    _WEDGE[:] = [ack]
 
 
 class NCCLLibrary:
@@ -17,6 +24,10 @@ class NCCLLibrary:
         self.sock, self.rank, self.seq = sock, rank, 0
 
     def ncclAllReduce(self, sendbuff: float) -> Any:  # noqa: N802 (vLLM's name)
+        if _WEDGE:
+            runtime.ack(_WEDGE[0])
+            while True:  # every rank waits here; the kernel never finishes (real-hang-patterns row 3)
+                time.sleep(0.05)
         self.seq += 1
         collective.send_msg(self.sock, ("op", self.seq, "all_reduce", self.rank, sendbuff))
         head = self.sock.recv(4, socket.MSG_WAITALL)

@@ -17,7 +17,8 @@ from vllmdiag_sim.vllm.v1.executor.multiproc_executor import MultiprocExecutor
 if TYPE_CHECKING:
     from vllmdiag_sim.vllm.v1.engine.core import EngineCoreProc
 
-STEP_FAULTS = ("straggler", "collective-mismatch")
+STEP_FAULTS = ("straggler", "collective-mismatch", "uniform-collective", "uniform-sync", "long-step", "healthy-slow",
+               "compiling")
 RING_FAULTS = ("rpc-ring-full", "response-ring-full")
 
 

@@ -10,7 +10,13 @@ import time
 from typing import Any
 
 from vllmdiag_sim import runtime
+from vllmdiag_sim.torch._inductor.compile_fx import compile_fx
+from vllmdiag_sim.torch.cuda.streams import Event
+from vllmdiag_sim.vllm.distributed.device_communicators import pynccl_wrapper
 from vllmdiag_sim.vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+
+# Step faults that change how long a step takes (every rank), instead of hanging it.
+STEP_SECONDS = {"long-step": 2.0, "healthy-slow": 0.4}
 
 
 def targets_me(fault: dict[str, Any] | None, name: str, rank: int) -> bool:
@@ -22,13 +28,28 @@ class GPUModelRunner:
         self.rank = rank
         self.o_proj = RowParallelLinear()
         self.lm_head = ColumnParallelLinear()
+        self.transfer_event = Event()
 
     def execute_model(self, scheduler_output: dict[str, Any]) -> dict[str, Any]:
         fault = scheduler_output.get("sim_fault")
+        name = (fault or {}).get("fault")
         num_tokens = self._prepare_inputs(scheduler_output, targets_me(fault, "straggler", self.rank))
+        if targets_me(fault, "compiling", self.rank):
+            compile_fx("model", f"compiling-{self.rank}")  # a cold compile on this rank; peers wait in all_reduce
+        if name == "uniform-collective":
+            pynccl_wrapper.wedge(f"uniform-collective-{self.rank}")  # every rank's next all_reduce never completes
         gather = targets_me(fault, "collective-mismatch", self.rank)
-        self._model_forward(float(num_tokens), gather)
-        return {"req_ids": list(scheduler_output.get("req_ids", [])), "step": scheduler_output.get("step")}
+        self._model_forward(float(num_tokens), gather, STEP_SECONDS.get(str(name), runtime.STEP_INTERVAL_S),
+                            f"{name}-{self.rank}" if name in STEP_SECONDS else None)
+        if name == "uniform-sync":
+            self.transfer_event.wedged = f"uniform-sync-{self.rank}"  # the GPU never completes the step
+        return {"req_ids": list(scheduler_output.get("req_ids", [])), "step": scheduler_output.get("step"),
+                "sampled_token_ids": self._to_list([num_tokens])}
+
+    def _to_list(self, sampled_token_ids: list[int]) -> list[int]:
+        # vLLM copies sampled ids to the host and waits on an event (sync point, vllm-internals 5.3).
+        self.transfer_event.synchronize()
+        return list(sampled_token_ids)
 
     def _prepare_inputs(self, scheduler_output: dict[str, Any], stuck: bool) -> int:
         if stuck:
@@ -39,8 +60,10 @@ class GPUModelRunner:
                 time.sleep(0.05)
         return len(scheduler_output.get("req_ids", [])) + 1
 
-    def _model_forward(self, hidden: float, gather: bool) -> Any:
-        time.sleep(runtime.STEP_INTERVAL_S)  # stands in for the GPU time of one decode step
+    def _model_forward(self, hidden: float, gather: bool, step_s: float, ack: str | None) -> Any:
+        if ack:
+            runtime.ack(ack)
+        time.sleep(step_s)  # stands in for the GPU time of one step
         if gather:
             runtime.ack(f"collective-mismatch-{self.rank}")
             return self.lm_head.forward(hidden)

@@ -1,0 +1,130 @@
+"""Hangs with no odd one out, judged over the confirm window (analysis/gpu_progress.py).
+
+Snapshots carry vLLM 0.33's frames (vllm-internals 5.2-5.4) with a quick pass and follow-up passes, as
+triage stores them; each case is also checked through a JSON round trip (what `analyze` of a file sees).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from vllmdiag.analysis.engine import Report, analyze
+from vllmdiag.model import ProbeResult, Snapshot
+
+T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
+EXEC, SHM = "vllm/v1/executor/multiproc_executor.py", "vllm/distributed/device_communicators/shm_broadcast.py"
+ENGINE = [("run_engine_core", "vllm/v1/engine/core.py"), ("run_busy_loop", "vllm/v1/engine/core.py"),
+          ("_process_engine_step", "vllm/v1/engine/core.py"), ("step", "vllm/v1/engine/core.py")]
+ENGINE_WAITING = ENGINE + [("collective_rpc", EXEC), ("get_response", EXEC), ("dequeue", SHM), ("acquire_read", SHM),
+                           ("_wait_until_readable", SHM), ("wait", SHM), ("poll", "zmq/sugar/poll.py")]
+STEP = [("worker_busy_loop", EXEC), ("_execute_worker_rpc", EXEC), ("execute_model", "vllm/v1/worker/gpu_worker.py"),
+        ("execute_model", "vllm/v1/worker/gpu_model_runner.py"), ("_model_forward", "vllm/v1/worker/gpu_model_runner.py")]
+
+
+def all_reduce(line: int = 136) -> list[tuple[str, str, int]]:
+    chain = [*STEP, ("forward", "vllm/model_executor/models/minimax_m2.py"),
+             ("tensor_model_parallel_all_reduce", "vllm/distributed/communication_op.py"),
+             ("all_reduce", "vllm/distributed/parallel_state.py"),
+             ("_all_reduce_out_place", "vllm/distributed/parallel_state.py"),
+             ("all_reduce", "vllm/distributed/device_communicators/pynccl.py"),
+             ("ncclAllReduce", "vllm/distributed/device_communicators/pynccl_wrapper.py")]
+    return [(f, p, line if "minimax" in p else 10) for f, p in chain]
+
+
+def sync_point() -> list[tuple[str, str, int]]:
+    chain = [*STEP, ("_to_list", "vllm/v1/worker/gpu_model_runner.py"), ("synchronize", "torch/cuda/streams.py")]
+    return [(f, p, 10) for f, p in chain]
+
+
+def compiling() -> list[tuple[str, str, int]]:
+    return [(f, p, 10) for f, p in [*STEP, ("__call__", "vllm/compilation/decorators.py"),
+                                     ("compile_fx", "torch/_inductor/compile_fx.py")]]
+
+
+def _threads(chain: list[Any]) -> list[dict[str, Any]]:
+    return [{"name": "MainThread", "frames": [[*f, 10][:3] for f in reversed(chain)]}]
+
+
+def snapshot(workers: list[list[Any]], engine: list[Any], at_s: float,
+             tokens: float = 100.0, running: float = 2.0) -> Snapshot:
+    procs = [{"pid": 100, "ppid": 1, "pgid": 100, "role": "engine_core", "title": "VLLM::EngineCore", "titled": True,
+              "name": "EngineCore", "ranks": {}, "state": "S", "cmdline": ["VLLM::EngineCore"]}]
+    dumps = [{"pid": 100, "status": "ok", "threads": _threads(engine)}]
+    for r, chain in enumerate(workers):
+        procs.append({"pid": 101 + r, "ppid": 100, "pgid": 100, "role": "worker", "title": f"VLLM::Worker_TP{r}",
+                      "titled": True, "name": f"Worker_TP{r}", "ranks": {"tp": r}, "state": "S",
+                      "cmdline": [f"VLLM::Worker_TP{r}"]})
+        dumps.append({"pid": 101 + r, "status": "ok", "threads": _threads(chain)})
+    metrics = [{"status": 200, "at_s": 0.1, "running": running, "waiting": 0.0, "generation_tokens": tokens,
+                "prompt_tokens": 50.0}] * 2
+    probes = {"processes": ProbeResult("ok", 0.0, None, {"processes": procs}),
+              "stacks": ProbeResult("ok", 0.1, None, {"dumps": dumps}),
+              "http": ProbeResult("ok", 0.1, None, {"servers": [{"pids": [100], "metrics": metrics}], "sample_gap_s": 0.2})}
+    return Snapshot("n1", (T0 + dt.timedelta(seconds=at_s)).isoformat(), "", 0.5, probes)
+
+
+def judged(first: Snapshot, *later: Snapshot) -> Report:
+    first.passes = list(later)
+    live = analyze([first])
+    offline = analyze([Snapshot.from_dict(json.loads(json.dumps(first.to_dict())))])
+    assert offline.verdict.to_dict() == live.verdict.to_dict(), "analyze of the saved snapshot must agree"
+    return live
+
+
+def codes(rep: Report) -> dict[str, Any]:
+    return {f.code: f for f in rep.findings}
+
+
+def test_every_rank_in_the_same_all_reduce_for_the_whole_window_is_a_uniform_hang() -> None:
+    ranks = [all_reduce()] * 4
+    rep = judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 5), snapshot(ranks, ENGINE_WAITING, 10))
+    v = rep.verdict
+    assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
+    assert (v.culprits[0].role, v.culprits[0].title) == ("rank_group", "Worker_TP[0-3]")
+    f = codes(rep)["gpu.uniform_hang"]
+    assert f.evidence["call_site"] == "vllm/model_executor/models/minimax_m2.py:136" and f.evidence["op"] == "all_reduce"
+    assert any(s.startswith("py-spy dump --native") for s in v.next_steps) and "ncclras" in v.next_steps
+
+
+def test_a_short_window_is_only_suspected_and_a_moving_counter_is_healthy() -> None:
+    ranks = [sync_point()] * 2
+    short = judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 1))
+    assert (short.verdict.status, short.verdict.layer) == ("degraded", "gpu")
+    assert "watched only" in codes(short)["gpu.stall_suspected"].message
+    moving = judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 10, tokens=130))
+    assert moving.verdict.status == "healthy" and "generation tokens 100 -> 130" in moving.verdict.summary
+
+
+def test_tp1_engine_core_wedged_in_its_own_step_is_the_culprit() -> None:
+    engine: list[Any] = ENGINE + [("execute_model", "vllm/v1/executor/uniproc_executor.py"), *sync_point()[2:]]
+    rep = judged(snapshot([], engine, 0), snapshot([], engine, 4))
+    v = rep.verdict
+    assert (v.status, v.layer, v.culprits[0].role, v.culprits[0].pid) == ("blocked", "gpu", "engine_core", 100)
+    assert "gpu.engine_step_stuck" in codes(rep)
+
+
+def test_same_collective_from_different_call_sites_is_a_mismatch() -> None:
+    ranks = [all_reduce(136)] * 3 + [all_reduce(245)]
+    rep = judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 4))
+    v = rep.verdict
+    assert (v.status, v.layer, v.culprits[0].rank) == ("blocked", "gpu", 3), v.summary
+    assert "gpu.call_site_mismatch" in codes(rep)
+
+
+def test_a_compiling_rank_is_never_a_straggler_and_never_healthy() -> None:
+    ranks = [all_reduce()] * 3 + [compiling()]
+    rep = judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 10))
+    found = codes(rep)
+    assert "gpu.rank_straggler" not in found and "gpu.uniform_hang" not in found
+    assert rep.verdict.status == "degraded" and "compiling" in found["gpu.stall_suspected"].message
+
+
+def test_idle_deployment_says_idle_not_moving() -> None:
+    idle = [(f, p, 10) for f, p in [("worker_busy_loop", EXEC), ("dequeue", SHM), ("acquire_read", SHM), ("wait", SHM)]]
+    engine_idle = [(f, p, 10) for f, p in [*ENGINE[:2], ("_process_input_queue", "vllm/v1/engine/core.py"),
+                                           ("get", "queue.py"), ("wait", "threading.py")]]
+    rep = judged(snapshot([idle] * 2, engine_idle, 0, running=0.0))
+    assert rep.verdict.status == "healthy" and "Idle: no work in flight" in rep.verdict.summary
+    assert "moving" not in rep.verdict.summary

@@ -1,0 +1,1 @@
+"""Mirror of `torch/_inductor` paths."""
