@@ -45,7 +45,8 @@ def collect_snapshot(
         vllmdiag_version=__version__,
         duration_s=round(time.monotonic() - start, 4),
         probes={name: results[name] for name in chosen},
-        options={k: v for k, v in ctx.options.items() if _jsonable(v)},
+        # budget_s rides along so a report can say what the collection was allowed (incident header).
+        options={**{k: v for k, v in ctx.options.items() if _jsonable(v)}, "budget_s": budget_s},
     )
 
 

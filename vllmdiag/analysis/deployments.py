@@ -76,12 +76,28 @@ def rank_of(proc: dict[str, Any]) -> int | None:
     return None
 
 
+MAX_TITLE = 200  # bounded (a cmdline is untrusted), but long enough for the model name and its flags
+
+
 def display_title(proc: dict[str, Any]) -> str:
     if proc.get("titled"):
         return str(proc.get("title", "")).split(" ")[0]
     if role_of(proc) == "api_server":
-        return " ".join(proc.get("cmdline", [])[:4])[:80]
-    return str(proc.get("title") or proc.get("comm") or "")[:80]
+        return short_command(proc.get("cmdline") or [])[:MAX_TITLE]
+    return str(proc.get("title") or proc.get("comm") or "")[:MAX_TITLE]
+
+
+def short_command(argv: list[Any]) -> str:
+    """`vllm serve facebook/opt-125m --tensor-parallel-size 8`: what a person typed, not the interpreter's
+    path. The model name must never be cut (an 80-column cut used to leave `facebook/opt-1`)."""
+    words = [str(a) for a in argv]
+    if len(words) > 1 and words[0].rsplit("/", 1)[-1].startswith("python"):
+        words = words[1:]
+        if words[:1] == ["-m"]:
+            words = words[1:]
+    if words:
+        words[0] = words[0].rsplit("/", 1)[-1]
+    return " ".join(words)
 
 
 def find_deployments(snapshot: Snapshot) -> list[Deployment]:

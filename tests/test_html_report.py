@@ -1,0 +1,178 @@
+"""The incident report in a real headless Chromium (Debian's `chromium`): every section is there, the
+culprit is marked where it appears, nothing tries to load (a CSP forbids every load; the browser logs
+any attempt), and it prints to PDF and PNG. Also: every untrusted string is escaped, in HTML and
+Markdown alike."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.render.html_report import to_html
+from vllmdiag.render.md_report import to_markdown
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium)")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy and namespaces need root")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0"]
+LOAD_FAILURES = re.compile(r"INFO:CONSOLE|net::ERR_|Failed to load|Refused to")
+
+
+def chromium(page: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """One headless run with a fresh profile (removed after), bounded in time."""
+    profile = tempfile.mkdtemp(prefix="vllmdiag-chromium-")
+    try:
+        return subprocess.run([str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
+                              capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+class Dom(HTMLParser):
+    """The rendered DOM as (tag, attrs, text-inside) for the few assertions we make."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: list[dict[str, Any]] = []
+        self.stack: list[dict[str, Any]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        el = {"tag": tag, "attrs": dict(attrs), "text": ""}
+        self.elements.append(el)
+        if tag not in ("meta", "br", "img", "link", "input", "polyline"):
+            self.stack.append(el)
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack:
+            if self.stack.pop()["tag"] == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        for el in self.stack:
+            el["text"] += data
+
+    def having(self, cls: str) -> list[dict[str, Any]]:
+        return [e for e in self.elements if cls in (e["attrs"].get("class") or "").split()]
+
+
+def rendered_dom(page: Path) -> tuple[Dom, str]:
+    out = chromium(page, "--dump-dom")
+    assert out.returncode == 0, out.stderr[-2000:]
+    dom = Dom()
+    dom.feed(out.stdout)
+    return dom, out.stderr
+
+
+@needs_chromium
+def test_the_load_check_catches_a_page_that_loads_something(tmp_path: Path) -> None:
+    """The negative control: without it, "nothing failed to load" could pass by never looking."""
+    bad = tmp_path / "bad.html"
+    html = to_html({"verdict": {"status": "healthy"}, "findings": [], "deployments": []})
+    bad.write_text(html.replace("</body>", "<img src='http://127.0.0.1:9/x.png'></body>"))
+    _, log = rendered_dom(bad)
+    assert LOAD_FAILURES.search(log), log[-1500:]
+
+
+@needs_chromium
+@needs_root
+def test_blocked_tp4_node_report_in_chromium(tmp_path: Path) -> None:
+    page, pdf, png = tmp_path / "node.html", tmp_path / "node.pdf", tmp_path / "node.png"
+    out = subprocess.run([sys.executable, "-m", "vllmdiag", "demo", "--tp", "4", "--report", str(page)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "VLLMDIAG_SIM_STATE": str(tmp_path / "sim")})
+    assert out.returncode == 1, out.stdout[-1500:] + out.stderr
+    culprit_pid = re.search(r"-> VLLM::Worker_TP3 rank 3, pid (\d+)", re.sub(r"\s+", " ", out.stdout))
+    assert culprit_pid
+    dom, log = rendered_dom(page)
+    assert not LOAD_FAILURES.search(log), log[-1500:]
+    layers = [e["attrs"]["data-layer"] for e in dom.elements if "data-layer" in e["attrs"]]
+    assert layers == ["process", "handshake", "queue", "gpu", "client"]
+    banner = next(e for e in dom.elements if e["attrs"].get("id") == "verdict")
+    assert "BLOCKED" in banner["text"] and "gpu" in banner["text"] and "confidence" in banner["text"]
+    marked = [e for e in dom.having("culprit") if e["attrs"].get("data-pid") == culprit_pid.group(1)]
+    assert marked and "Worker_TP3" in marked[0]["text"], "the process tree marks the culprit"
+    assert any("TP3" in e["text"] for e in dom.having("culprit-row")), "the stack class of the culprit is marked"
+    assert dom.having("ring") and dom.having("cell"), "rings drawn as bars of reader cells"
+    stacks = [e for e in dom.elements if e["tag"] == "details" and "full stack" in e["text"]]
+    assert stacks and "_prepare_inputs" in " ".join(e["text"] for e in stacks)
+    findings = [e["attrs"].get("class") for e in dom.having("finding")]
+    assert findings[0] == "finding critical", findings
+    assert chromium(page, f"--print-to-pdf={pdf}", "--no-pdf-header-footer").returncode == 0
+    assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 10_000
+    assert chromium(page, f"--screenshot={png}", "--window-size=1280,2000").returncode == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@needs_chromium
+@needs_root
+@pytest.mark.slow
+def test_fleet_report_grid_marks_the_culprit_cell_and_links_each_node(tmp_path: Path) -> None:
+    page = tmp_path / "fleet.html"
+    out = subprocess.run([sys.executable, "-m", "vllmdiag", "demo", "--fleet", "--report", str(page)], capture_output=True,
+                         text=True, timeout=180, env={**os.environ, "VLLMDIAG_SIM_STATE": str(tmp_path / "sim")})
+    assert out.returncode == 1, out.stdout[-1500:] + out.stderr
+    dom, log = rendered_dom(page)
+    assert not LOAD_FAILURES.search(log), log[-1500:]
+    rows = {e["attrs"]["data-node"]: e for e in dom.elements if e["tag"] == "tr" and "data-node" in e["attrs"]}
+    assert sorted(rows) == ["gpu00", "gpu01", "gpu02", "gpu03"]
+    cells = [e for e in dom.having("gpu") if "title" in e["attrs"]]  # the legend's swatches have none
+    assert len(cells) == 8, "4 nodes x 2 GPUs"
+    culprit_cells = [e for e in cells if "culprit" in e["attrs"]["class"].split()]
+    assert len(culprit_cells) == 1 and culprit_cells[0]["attrs"]["title"].startswith("gpu01 GPU 1")
+    ids = {e["attrs"]["id"] for e in dom.elements if "id" in e["attrs"]}
+    links = [e["attrs"]["href"] for e in dom.elements if e["tag"] == "a" and "href" in e["attrs"]]
+    assert sorted(links) == [f"#node-gpu0{i}" for i in range(4)] and all(link[1:] in ids for link in links)
+
+
+HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>\x1b[31m`| [x](http://evil) **b** &lt;"
+
+
+def _hostile_report() -> dict[str, Any]:
+    proc = {"pid": 7, "ppid": 1, "role": "worker", "rank": 0, "ranks": {"tp": 0}, "title": HOSTILE, "state": "S"}
+    culprit = {"node": HOSTILE, "pid": 7, "role": "worker", "rank": 0, "title": HOSTILE, "reason": HOSTILE}
+    verdict = {"status": "blocked", "layer": "gpu", "culprits": [culprit], "summary": HOSTILE, "evidence": [HOSTILE],
+               "next_steps": [HOSTILE], "confidence": "high"}
+    return {"schema_version": 1, "verdict": verdict,
+            "deployments": [{"id": HOSTILE, "node": HOSTILE, "root_pid": 7, "processes": [proc], "verdict": verdict}],
+            "findings": [{"code": "gpu.rank_straggler", "layer": "gpu", "severity": "critical", "node": HOSTILE,
+                          "pids": [7], "message": HOSTILE, "evidence": {"ring": HOSTILE}}],
+            "snapshot": {"node": HOSTILE, "collected_at": HOSTILE, "vllmdiag_version": HOSTILE, "probes": {
+                "nvml": {"status": "error", "reason": HOSTILE},
+                "stacks": {"status": "ok", "data": {"dumps": [{"pid": 7, "threads": [
+                    {"name": "MainThread", "frames": [[HOSTILE, HOSTILE, 1]]}]}]}}}}}
+
+
+def test_hostile_strings_are_escaped_in_html() -> None:
+    page = to_html(_hostile_report(), [HOSTILE])
+    dom = Dom()
+    dom.feed(page)
+    assert not [e for e in dom.elements if e["tag"] in ("script", "img", "a", "iframe")]
+    assert not [k for e in dom.elements for k in e["attrs"] if k.startswith("on")]
+    assert "\x1b" not in page  # a report someone cats in a terminal cannot recolour it
+    assert page.count("&lt;script&gt;") >= 5
+
+
+def test_hostile_strings_are_escaped_in_markdown() -> None:
+    text = to_markdown(_hostile_report(), [HOSTILE])
+    outside_fences = re.sub(r"(`{3,})text\n.*?\n\1", "", text, flags=re.S)
+    assert not re.search(r"(?<!\\)[<>]", outside_fences), "a tag outside code blocks would be raw HTML"
+    assert not re.search(r"(?<!\\)\]\(http", outside_fences) and HOSTILE.split("<img")[0] not in outside_fences
+    assert "\x1b" not in text and "rank None" not in text
+
+
+@needs_chromium
+def test_hostile_report_runs_nothing_in_chromium(tmp_path: Path) -> None:
+    page = tmp_path / "hostile.html"
+    page.write_text(to_html(_hostile_report(), [HOSTILE]))
+    dom, log = rendered_dom(page)
+    assert not LOAD_FAILURES.search(log), log[-1500:]
+    assert not [e for e in dom.elements if e["tag"] in ("script", "img", "a")]

@@ -1,0 +1,149 @@
+"""The incident report (`--report x.html`): one self-contained page to attach to a ticket.
+
+Built from the JSON contract (`report.to_dict()`) only. Header (verdict, layer, confidence, hosts,
+time, tool version, command, collection budget and what did not fully see), findings by severity
+with their playbooks inline, the fleet grid for a fleet, then one section per node and layer in
+bisection order. No script, no link out, no external asset; every string escaped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllmdiag.render import report_data as rd
+from vllmdiag.render.html_css import CSS
+from vllmdiag.render.html_layers import h, layer_sections, tag
+
+CELL_CLASS = {".": "ok", "X": "culprit", "b": "blocked", "d": "degraded", "?": "unknown"}
+CELL_WORD = {".": "ok", "X": "culprit", "b": "blocked", "d": "degraded", "?": "unknown"}
+
+
+def to_html(d: dict[str, Any], argv: list[str] | None = None) -> str:
+    v = d.get("verdict") or {}
+    nodes = rd.nodes(d)
+    title = f"vllmdiag: {v.get('status', '?')}" + (f" at the {v['layer']} layer" if v.get("layer") else "")
+    body = [header(d, nodes, argv)]
+    if "nodes" in d:
+        body.append(fleet_grid(d))
+    body.append(findings_section(d))
+    body += [node_section(n, len(nodes) > 1, v.get("layer")) for n in nodes]
+    body.append("<footer>Written by vllmdiag, a read-only tool: nothing was sent to a vLLM socket, nothing was "
+                "written to /dev/shm, no process was signalled.</footer>")
+    # The CSP forbids every load and every script: the page is complete as written, and even a string
+    # that escaped escaping could not run or call out.
+    return ("<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+            "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+            "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+            f"<title>{h(title)}</title><style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def header(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -> str:
+    v = d.get("verdict") or {}
+    status = str(v.get("status", "?"))
+    layer = f" at the <b>{h(v['layer'])}</b> layer" if v.get("layer") else ""
+    out = [f"<header class='banner {h(status)}' id='verdict'><h1><span class='status {h(status)}'>{h(status.upper())}</span>"
+           f"{layer}</h1><p>{h(v.get('summary'))}</p>", culprits(v)]
+    out.append(f"<dl class='meta'>{meta_rows(d, nodes, argv)}</dl></header>")
+    if v.get("evidence"):
+        out.append("<h2>Evidence</h2><ul>" + "".join(f"<li>{h(e)}</li>" for e in v["evidence"][:20]) + "</ul>")
+    if v.get("next_steps"):
+        out.append("<h2>Next read-only steps</h2><pre>" + h("\n".join(f"$ {s}" for s in v["next_steps"])) + "</pre>")
+    return "\n".join(out)
+
+
+def culprits(v: dict[str, Any]) -> str:
+    rows = v.get("culprits") or []
+    if not rows:
+        return ""
+    items = "".join(f"<li><span class='mono culprit'>{h(c.get('title') or c.get('role'))}</span> on {h(c.get('node'))}, "
+                    f"pid {h(c.get('pid') if c.get('pid') is not None else '-')}"
+                    + (f", rank {h(c['rank'])}" if c.get("rank") is not None else "")
+                    + f": {h(c.get('reason'))}</li>" for c in rows[:8])
+    return f"<p><b>Culprit{'s' if len(rows) > 1 else ''}</b></p><ul class='culprits'>{items}</ul>"
+
+
+def meta_rows(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -> str:
+    snaps = rd.snapshots(d)
+    v = d.get("verdict") or {}
+    times = sorted(str(s.get("collected_at")) for s in snaps if s.get("collected_at"))
+    versions = sorted({str(s.get("vllmdiag_version")) for s in snaps if s.get("vllmdiag_version")})
+    budgets = sorted({f"{b:g} s" for b in ((s.get("options") or {}).get("budget_s") for s in snaps)
+                      if isinstance(b, (int, float))})
+    took = max((float(s.get("duration_s") or 0) for s in snaps), default=0.0)
+    blind = rd.folded_probe_problems(snaps)
+    rows = [("confidence", v.get("confidence", "?")), ("host" + ("s" if len(nodes) > 1 else ""), _hosts(nodes)),
+            ("collected", " … ".join(dict.fromkeys([times[0], times[-1]])) if times else "?"),
+            ("tool version", "vllmdiag " + (", ".join(versions) or "?")),
+            ("command", " ".join(argv) if argv else "(not recorded)"),
+            ("collection", f"took {took:.2f} s" + (f" of a {', '.join(budgets)} budget" if budgets else ""))]
+    out = "".join(f"<dt>{h(k)}</dt><dd>{h(val)}</dd>" for k, val in rows)
+    limits = "".join(f"<li>{h(b)}</li>" for b in blind[:30]) or "<li>every probe saw what it looked for</li>"
+    return out + f"<dt>timed out / not seen</dt><dd><ul>{limits}</ul></dd>"
+
+
+def _hosts(nodes: list[rd.NodeData]) -> str:
+    names = [n.name for n in nodes]
+    return ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+
+
+def findings_section(d: dict[str, Any]) -> str:
+    from vllmdiag.model import Finding
+    from vllmdiag.playbook import load_playbooks, next_steps_for
+
+    books = load_playbooks()
+    items: list[str] = []
+    quiet: list[str] = []
+    for f, where in rd.folded_findings(list(d.get("findings") or [])):
+        sev = str(f.get("severity"))
+        book = books.get(str(f.get("code"))) or {}
+        try:
+            confirm = next_steps_for(Finding.from_dict(f))
+        except (KeyError, TypeError, ValueError):
+            confirm = []
+        opened = " open" if sev == "critical" else ""
+        playbook = (f"<details{opened}><summary>playbook: {h(book.get('title', f.get('code')))}</summary>"
+                    f"<p>{h(book.get('meaning', ''))}</p>" + (f"<p>Confirm (read-only):</p><pre>{h(chr(10).join(confirm))}</pre>"
+                                                              if confirm else "") + "</details>") if book else ""
+        (quiet if sev == "info" else items).append(
+            f"<div class='finding {h(sev)}' data-code='{h(f.get('code'))}'>{tag(sev, sev)} <b class=mono>"
+            f"{h(f.get('code'))}</b> <span class=muted>{h(f.get('layer'))} · {h(where)}</span>"
+            f"<p>{h(f.get('message'))}</p>{playbook}</div>")
+    if quiet:
+        items.append(f"<details class='info-findings'><summary>{len(quiet)} informational finding(s)</summary>"
+                     f"{''.join(quiet)}</details>")
+    return "<h2>Findings, most severe first</h2>" + ("".join(items) or "<p>No findings.</p>")
+
+
+def fleet_grid(d: dict[str, Any]) -> str:
+    """Node x GPU grid: one row per node, one cell per GPU (worker), coloured by state, culprit framed."""
+    rows = []
+    for n in sorted(d.get("nodes") or [], key=lambda n: (rd.STATUS_ORDER.get(_state(n), 5), str(n.get("name")))):
+        name, state = str(n.get("name")), _state(n)
+        cells = "".join(f"<span class='gpu {CELL_CLASS.get(ch, 'unknown')}' title='{h(name)} GPU {i}: "
+                        f"{CELL_WORD.get(ch, '?')}'>{i}</span>" for i, ch in enumerate(str(n.get("gpus") or "")))
+        cells = cells or "<span class='gpu none'>–</span>"
+        link = f"<a href='#node-{h(_anchor(name))}'>{h(name)}</a>" if n.get("status") == "ok" else h(name)
+        why = "" if n.get("status") == "ok" else h(n.get("reason") or "")
+        rows.append(f"<tr data-node='{h(name)}'><td>{link}</td><td>{tag(state, state)}</td><td>{cells}</td><td>{why}</td></tr>")
+    legend = "".join(f"<span><span class='gpu {c}'></span> {w}</span>" for c, w in
+                     (("ok", "healthy"), ("blocked", "in a blocked deployment"), ("culprit", "culprit"),
+                      ("degraded", "degraded"), ("unknown", "inconclusive")))
+    return (f"<h2>Fleet: nodes × GPUs</h2><p class='legend'>{legend}</p>"
+            f"<table class='grid'>{''.join(rows)}</table>")
+
+
+def _state(n: dict[str, Any]) -> str:
+    return str(n.get("verdict") or "ok") if n.get("status") == "ok" else str(n.get("status"))
+
+
+def _anchor(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:120]
+
+
+def node_section(node: rd.NodeData, fleet: bool, layer: str | None) -> str:
+    anchor = f"node-{_anchor(node.name)}"
+    statuses = sorted({str((dep.get("verdict") or {}).get("status")) for dep in node.deployments}) or ["no-deployment"]
+    title = f"Node {h(node.name)} " + " ".join(tag(s, s) for s in statuses) if fleet else "Layers, in bisection order"
+    node_layer = next((dep["verdict"].get("layer") for dep in node.deployments if (dep.get("verdict") or {}).get("layer")), None)
+    return (f"<section class='node' id='{h(anchor)}'><h2>{title}</h2>"
+            f"{layer_sections(node, anchor, node_layer if fleet else layer)}</section>")

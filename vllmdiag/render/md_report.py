@@ -1,0 +1,145 @@
+"""The Markdown incident report (`--report x.md`): the HTML report's sections as text.
+
+Built from the JSON contract only. No raw HTML: every value is escaped for Markdown (`md()`), and
+code blocks use a fence longer than any backtick run inside them, so nothing from a snapshot can
+open a tag, a link or end a block early.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from vllmdiag.render import report_data as rd
+from vllmdiag.render.safe import clean, md_escape
+
+
+def md(value: object) -> str:
+    """Control characters made visible, then HTML and Markdown escaped (render/safe.py)."""
+    return md_escape("" if value is None else value)
+
+
+def fence(lines: list[str]) -> list[str]:
+    """A code block: shown verbatim, so only what could break out of it is neutralised: control
+    characters, a backtick run as long as the fence (the fence grows past it), and < > (some
+    renderers pass raw HTML through even near code; shown as entities instead)."""
+    body = [clean(s).replace("<", "&lt;").replace(">", "&gt;") for s in lines]
+    ticks = "`" * max(3, 1 + max((len(m) for s in body for m in re.findall(r"`+", s)), default=0))
+    return [ticks + "text", *body, ticks]
+
+
+def to_markdown(d: dict[str, Any], argv: list[str] | None = None) -> str:
+    v = d.get("verdict") or {}
+    nodes = rd.nodes(d)
+    lines = [f"# vllmdiag: {md(v.get('status'))}" + (f" at the {md(v['layer'])} layer" if v.get("layer") else ""), "",
+             md(v.get("summary")), ""]
+    lines += _culprits(v) + _meta(d, nodes, argv)
+    if v.get("evidence"):
+        lines += ["## Evidence", ""] + [f"- {md(e)}" for e in v["evidence"][:20]] + [""]
+    if v.get("next_steps"):
+        lines += ["## Next read-only steps", "", *fence(list(v["next_steps"])), ""]
+    lines += _findings(d)
+    if "nodes" in d:
+        lines += _fleet(d)
+    for n in nodes:
+        lines += _node(n, len(nodes) > 1)
+    return "\n".join(lines) + "\n"
+
+
+def _culprits(v: dict[str, Any]) -> list[str]:
+    rows = v.get("culprits") or []
+    if not rows:
+        return []
+    out = ["## Culprits", ""]
+    for c in rows[:8]:
+        where = f"pid {c['pid']}" if c.get("pid") is not None else "no pid"
+        rank = f", rank {c['rank']}" if c.get("rank") is not None else ""
+        out.append(f"- **{md(c.get('title') or c.get('role'))}** on {md(c.get('node'))}, {where}{rank}: {md(c.get('reason'))}")
+    return out + [""]
+
+
+def _meta(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -> list[str]:
+    snaps = rd.snapshots(d)
+    times = sorted(str(s.get("collected_at")) for s in snaps if s.get("collected_at"))
+    budgets = [(s.get("options") or {}).get("budget_s") for s in snaps]
+    budget = next((b for b in budgets if isinstance(b, (int, float))), None)
+    took = max((float(s.get("duration_s") or 0) for s in snaps), default=0.0)
+    out = ["## Collection", "", f"- confidence: {md((d.get('verdict') or {}).get('confidence'))}",
+           f"- hosts: {md(', '.join(n.name for n in nodes[:12]))}", f"- collected: {md(times[0] if times else '?')}",
+           f"- tool version: vllmdiag {md(', '.join(sorted({str(s.get('vllmdiag_version')) for s in snaps})))}",
+           f"- collection took {took:.2f} s" + (f" of a {budget:g} s budget" if budget is not None else "")]
+    if argv:
+        out += ["- command:", "", *fence([" ".join(argv)])]
+    blind = rd.folded_probe_problems(snaps)
+    out += ["- timed out / not seen: " + ("; ".join(md(b) for b in blind[:30]) or "nothing, every probe saw what it looked for")]
+    return out + [""]
+
+
+def _findings(d: dict[str, Any]) -> list[str]:
+    from vllmdiag.model import Finding
+    from vllmdiag.playbook import load_playbooks, next_steps_for
+
+    books = load_playbooks()
+    out = ["## Findings", ""]
+    for f, where in rd.folded_findings(list(d.get("findings") or [])):
+        out.append(f"### {md(f.get('severity'))}: {md(f.get('code'))} ({md(f.get('layer'))}, {md(where)})")
+        out += ["", md(f.get("message")), ""]
+        book = books.get(str(f.get("code")))
+        if book:
+            out += [f"*Playbook:* {md(book.get('title'))}. {md(book.get('meaning'))}", ""]
+            try:
+                confirm = next_steps_for(Finding.from_dict(f))
+            except (KeyError, TypeError, ValueError):
+                confirm = []
+            if confirm:
+                out += ["Confirm (read-only):", "", *fence(confirm), ""]
+    return out if len(out) > 2 else out + ["No findings.", ""]
+
+
+def _fleet(d: dict[str, Any]) -> list[str]:
+    out = ["## Fleet: nodes x GPUs", "", "GPU cells: `.` healthy, `b` in a blocked deployment, `X` culprit, `d` degraded, "
+           "`?` inconclusive.", "", "| node | state | GPUs | why |", "|---|---|---|---|"]
+    for n in d.get("nodes") or []:
+        state = str(n.get("verdict") or "ok") if n.get("status") == "ok" else str(n.get("status"))
+        gpus = md(n.get("gpus") or "-").replace("\\|", "")
+        out.append(f"| {md(n.get('name'))} | {md(state)} | `{gpus.replace('`', '')}` | "
+                   f"{md(n.get('reason') or '') if n.get('status') != 'ok' else ''} |")
+    return out + [""]
+
+
+def _node(n: rd.NodeData, fleet: bool) -> list[str]:
+    out = [f"## Node {md(n.name)}" if fleet else "## Layers, in bisection order", ""]
+    out += ["### process", ""]
+    for dep in n.deployments:
+        out += [f"Deployment {md(dep.get('id'))}: {md((dep.get('verdict') or {}).get('status'))}", ""]
+        out += fence([_proc_line(n, p) for p in dep.get("processes", [])]) + [""]
+    eps = rd.endpoints(n)
+    bad = [e for e in eps if e["problem"]]
+    out += ["### handshake", "", f"{len(eps)} ZMQ listeners, {len(bad)} with a problem."]
+    out += [f"- {md(e['endpoint'])}: {md(e['status'])} (held by {md(e['holders'])})" for e in bad[:50]] + [""]
+    out += ["### queue", ""] + [_ring_line(r) for r in rd.rings(n)] + [""]
+    out += ["### gpu", ""]
+    for c in rd.stack_classes(n):
+        mark = " **culprit**" if c["culprit"] else ""
+        out.append(f"- {md(c['label'])}{mark}: {md(c.get('class'))} in {md(c.get('where'))}")
+    for g in rd.gpus(n):
+        out.append(f"- GPU {md(g.get('index'))} (ranks {md(g['ranks'])}): util {md(g.get('util_pct'))} %, "
+                   f"ECC unc. {md(g.get('ecc_uncorrected_volatile'))}")
+    out += ["", "### client", ""]
+    for s in rd.http_servers(n):
+        samples = "; ".join(f"at {m.get('at_s')} s running {m.get('running')} waiting {m.get('waiting')} "
+                            f"generated {m.get('generation_tokens')}" for m in (s.get("metrics") or [])[:10])
+        out.append(f"- HTTP {md(s.get('address'))}: /health {md((s.get('health') or {}).get('status'))}; {md(samples)}")
+    return out + [""]
+
+
+def _proc_line(n: rd.NodeData, p: dict[str, Any]) -> str:
+    rank = f" rank {p['rank']}" if p.get("rank") is not None else ""
+    mark = "  ← culprit" if rd.is_culprit(n, p) else ""
+    return f"pid {p.get('pid')} ppid {p.get('ppid')} {p.get('state')} {p.get('title')}{rank}{mark}"
+
+
+def _ring_line(r: rd.RingView) -> str:
+    cells = " | ".join(f"{md(name)} {u}/{r.max_chunks}" + (" **(waits on this reader)**" if i in r.laggards else "")
+                       for i, (name, u) in enumerate(zip(r.readers, r.unread, strict=False)))
+    return f"- {md(r.role)} {md(r.name)} (writer {md(r.writer)}; {md(r.state)}): {cells}"

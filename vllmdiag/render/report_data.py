@@ -1,0 +1,269 @@
+"""What the report files show, read from the JSON contract (`report.to_dict()`) only (pure).
+
+The HTML and Markdown reports share these readers, so both say the same thing. Everything here
+takes plain dicts: a saved `triage --json` output renders the same as a live run. Labels derived
+here (a ring reader's name) are for display; the verdict never depends on them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+LAYERS = ("process", "handshake", "queue", "gpu", "client")
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+STATUS_ORDER = {"blocked": 0, "degraded": 1, "inconclusive": 2, "no-deployment": 3, "healthy": 4}
+
+
+@dataclass
+class NodeData:
+    """One node of the report: its snapshot, its deployments and findings, and who is blamed there."""
+
+    name: str
+    snapshot: dict[str, Any]
+    deployments: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    culprit_pids: set[int] = field(default_factory=set)
+    culprit_ranks: set[int] = field(default_factory=set)
+
+    def probe(self, name: str) -> dict[str, Any]:
+        return ((self.snapshot.get("probes") or {}).get(name) or {})
+
+    def data(self, name: str) -> dict[str, Any]:
+        return self.probe(name).get("data") or {}
+
+    @property
+    def pids(self) -> set[int]:
+        return {int(p["pid"]) for d in self.deployments for p in d.get("processes", [])}
+
+    def procs(self) -> dict[int, dict[str, Any]]:
+        return {int(p["pid"]): p for d in self.deployments for p in d.get("processes", [])}
+
+
+def snapshots(d: dict[str, Any]) -> list[dict[str, Any]]:
+    return [d["snapshot"]] if isinstance(d.get("snapshot"), dict) else [s for s in d.get("snapshots", []) if isinstance(s, dict)]
+
+
+def nodes(d: dict[str, Any]) -> list[NodeData]:
+    """Nodes worst first (their deployments' status), each with what belongs to it."""
+    out = {str(s.get("node")): NodeData(str(s.get("node")), s) for s in snapshots(d)}
+    for dep in d.get("deployments", []):
+        node = out.setdefault(str(dep.get("node")), NodeData(str(dep.get("node")), {}))
+        node.deployments.append(dep)
+    for f in d.get("findings", []):
+        if str(f.get("node")) in out:
+            out[str(f.get("node"))].findings.append(f)
+    culprits = list((d.get("verdict") or {}).get("culprits") or [])
+    culprits += [c for dep in d.get("deployments", []) for c in (dep.get("verdict") or {}).get("culprits") or []]
+    for c in culprits:
+        blamed = out.get(str(c.get("node")))
+        if blamed is not None and c.get("pid") is not None:
+            blamed.culprit_pids.add(int(c["pid"]))
+        if blamed is not None and c.get("rank") is not None and c.get("role") == "worker":
+            blamed.culprit_ranks.add(int(c["rank"]))
+    return sorted(out.values(), key=lambda n: (_node_rank(n), n.name))
+
+
+def _node_rank(n: NodeData) -> int:
+    statuses = [(dep.get("verdict") or {}).get("status", "healthy") for dep in n.deployments] or ["no-deployment"]
+    return min(STATUS_ORDER.get(s, 5) for s in statuses)
+
+
+def sorted_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER.get(f.get("severity", ""), 3), LAYERS.index(f["layer"])
+                                           if f.get("layer") in LAYERS else 9, str(f.get("code"))))
+
+
+def fold(names: list[str]) -> str:
+    """`gpu[00,02-03]`; names that are not plain node names (untrusted) are listed as they are."""
+    plain = all(re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", n) for n in names)
+    if plain and names:
+        try:
+            from ClusterShell.NodeSet import NodeSet
+
+            return str(NodeSet.fromlist(names))
+        except Exception:  # noqa: BLE001 - folding is cosmetic; the plain list is always right
+            pass
+    return ",".join(names)
+
+
+def folded_findings(findings: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """Identical findings on several nodes (same code, severity and message) shown once with the node set."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for f in sorted_findings(findings):
+        groups.setdefault((str(f.get("code")), str(f.get("severity")), str(f.get("message"))), []).append(f)
+    return [(fs[0], fold(list(dict.fromkeys(str(f.get("node")) for f in fs)))) for fs in groups.values()]
+
+
+def folded_probe_problems(snaps: list[dict[str, Any]]) -> list[str]:
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for s in snaps:
+        for probe, status, why in probe_problems(s):
+            groups.setdefault((probe, status, why), []).append(str(s.get("node")))
+    return [f"{fold(names)}: {probe} {status}" + (f" ({why})" if why else "") for (probe, status, why), names in groups.items()]
+
+
+def short_name(p: dict[str, Any] | None) -> str:
+    """`TP3`, `EngineCore`, `APIServer`: how people call a vLLM process."""
+    if not p:
+        return "?"
+    title = str(p.get("title") or "")
+    if title.startswith("VLLM::"):
+        return title.split("::", 1)[1].split()[0].replace("Worker_", "")
+    return {"api_server": "API server", "engine_core": "EngineCore", "client": "client"}.get(p.get("role") or "", title[:40])
+
+
+def is_culprit(node: NodeData, p: dict[str, Any]) -> bool:
+    return int(p["pid"]) in node.culprit_pids or (p.get("role") == "worker" and p.get("rank") in node.culprit_ranks
+                                                   and not node.culprit_pids)
+
+
+# ---- rings ------------------------------------------------------------------------------------------
+@dataclass
+class RingView:
+    name: str
+    role: str
+    writer: str
+    readers: list[str]
+    unread: list[int]
+    max_chunks: int
+    laggards: set[int]
+    samples: list[dict[str, Any]]
+    state: str
+
+
+def rings(node: NodeData) -> list[RingView]:
+    procs = node.procs()
+    blamed: dict[str, set[int]] = {}
+    for f in node.findings:
+        if f.get("layer") == "queue" and f.get("severity") == "critical" and "ring" in (f.get("evidence") or {}):
+            blamed.setdefault(str(f["evidence"]["ring"]), set()).update(int(i) for i in f["evidence"].get("readers") or [])
+    out = []
+    for ring in node.data("rings").get("rings", []):
+        mappers = [procs[p] for p in ring.get("mapped_by") or [] if p in procs]
+        if not mappers:
+            continue
+        role, writer, readers = _ring_roles(ring, mappers)
+        unread = [int(u or 0) for u in (ring.get("stable_unread") or ring.get("unread_slots") or [])]
+        geo = ring.get("geometry") or {}
+        state = " ".join(w for w in ("FULL" if ring.get("full") else "", "moving" if ring.get("moved") else "still",
+                                     f"{ring.get('sample_count', 0)} samples / {float(ring.get('window_s') or 0):.2f} s") if w)
+        out.append(RingView(str(ring.get("name")), role, writer, (readers + [f"r{i}" for i in range(len(unread))])[:len(unread)],
+                            unread, int(geo.get("max_chunks") or 0), blamed.get(str(ring.get("name")), set()),
+                            list(ring.get("samples") or []), state))
+    return sorted(out, key=lambda r: (not r.laggards, r.role, r.name))
+
+
+def _ring_roles(ring: dict[str, Any], mappers: list[dict[str, Any]]) -> tuple[str, str, list[str]]:
+    """Display labels, following vLLM's layout (vllm-internals 1.12): the EngineCore writes the rpc
+    ring that every local worker reads in rank order; each worker writes a response ring the
+    EngineCore reads; TP rank 0 writes the group broadcaster its peers read."""
+    n = int((ring.get("geometry") or {}).get("n_reader") or 0)
+    engines = [p for p in mappers if p.get("role") == "engine_core"]
+    workers = sorted((p for p in mappers if p.get("role") == "worker"),
+                     key=lambda p: (p.get("rank") is None, p.get("rank") or 0, p["pid"]))
+    if engines and len(workers) == 1 and n == 1 and "response" in str(ring.get("reason") or ""):
+        return "response", short_name(workers[0]), [short_name(engines[0])]
+    if engines:
+        return "rpc", short_name(engines[0]), [short_name(w) for w in workers]
+    if workers:
+        return "group broadcast", short_name(workers[0]), [short_name(w) for w in workers[1:]]
+    return "?", "?", []
+
+
+# ---- stacks -----------------------------------------------------------------------------------------
+def stack_classes(node: NodeData) -> list[dict[str, Any]]:
+    """The analysis' folded classes (gpu.stack_classes), each with one member's full stack attached."""
+    dumps = {int(x["pid"]): x for x in node.data("stacks").get("dumps", []) if x.get("pid") is not None}
+    by_rank = {p.get("rank"): int(p["pid"]) for p in node.procs().values() if p.get("role") == "worker"}
+    out = []
+    for f in node.findings:
+        if f.get("code") != "gpu.stack_classes":
+            continue
+        ev = f.get("evidence") or {}
+        for c in ev.get("stack_classes", []):
+            ranks = expand_ranks(str(c.get("ranks", "")))
+            pid = next((by_rank[r] for r in ranks if r in by_rank), None)
+            culprit = bool(set(ranks) & node.culprit_ranks) or any(by_rank.get(r) in node.culprit_pids for r in ranks)
+            out.append({**c, "label": c.get("ranks"), "stack": main_stack(dumps.get(pid)) if pid else [], "culprit": culprit})
+        for o in ev.get("others", []):
+            out.append({**o, "label": f"{o.get('title')} ({o.get('pid')})", "stack": main_stack(dumps.get(int(o["pid"]))),
+                        "culprit": int(o["pid"]) in node.culprit_pids})
+    return out
+
+
+def expand_ranks(text: str) -> list[int]:
+    """`TP[0-4,6-7]` -> [0, 1, 2, 3, 4, 6, 7]; `TP5` -> [5]."""
+    out: list[int] = []
+    for a, b in re.findall(r"(\d+)(?:-(\d+))?", text):
+        out += list(range(int(a), int(b or a) + 1))[:4096]
+    return out
+
+
+def main_stack(dump: dict[str, Any] | None) -> list[str]:
+    """The main thread's frames, innermost first, as `function (file:line)`."""
+    if not dump:
+        return []
+    threads = dump.get("threads") or []
+    main = next((t for t in threads if t.get("name") == "MainThread"), threads[0] if threads else None)
+    return [f"{f[0]} ({f[1]}:{f[2]})" for f in (main or {}).get("frames", []) if isinstance(f, list) and len(f) >= 3]
+
+
+# ---- endpoints, http, gpus -------------------------------------------------------------------------
+def endpoints(node: NodeData) -> list[dict[str, Any]]:
+    """Each ZMQ listener of the node's deployments with its ZMTP answer; problems first."""
+    ep = node.data("endpoints")
+    zmtp = {z.get("listener") or z.get("endpoint"): z for z in ep.get("zmtp", [])}
+    pids = node.pids
+    rows = [{"endpoint": e["endpoint"], "holders": e.get("binders") or [], "accepted": e.get("accepted")}
+            for e in ep.get("ipc", [])]
+    rows += [{"endpoint": t["endpoint"], "holders": t.get("pids") or [], "accepted": t.get("accepted")}
+             for t in ep.get("tcp_listen", [])]
+    out = []
+    for r in rows:
+        if set(r["holders"]) & pids:
+            z = zmtp.get(r["endpoint"], {})
+            problem, note = endpoint_note(r["endpoint"], z)
+            out.append({**r, "status": z.get("status") or "-", "type": z.get("peer_socket_type") or "?",
+                        "ms": z.get("latency_ms"), "problem": problem, "note": note})
+    return sorted(out, key=lambda r: (not r["problem"], min(r["holders"] or [0]), r["endpoint"]))
+
+
+def endpoint_note(endpoint: str, z: dict[str, Any]) -> tuple[bool, str]:
+    """(is it a problem, what the ZMTP status means), as the handshake analysis reads it: a TCP
+    listener that accepts and stays silent may well not be ZMQ at all (TCPStore, NCCL bootstrap)."""
+    status = z.get("status") or "-"
+    if status == "ok":
+        return False, "greeted as ZMQ " + str(z.get("peer_socket_type") or "")
+    if endpoint.startswith("tcp://") and z.get("stage") == "signature" and status == "timeout":
+        return False, "accepted but silent: not a ZMQ socket (a TCPStore or NCCL bootstrap listener); not a problem"
+    notes = {"timeout": "accepted but sent no ZMTP greeting in time: the owner's ZMQ I/O thread does not serve it",
+             "refused": "connection refused: nothing listens although the socket is listed",
+             "no_listener": "no process listens on this path any more", "closed": "closed during the greeting",
+             "not_zmtp": "answered, but not with ZMTP", "-": "not dialled (the greeting check did not reach it)"}
+    return status in ("timeout", "refused", "no_listener", "closed"), notes.get(status, str(z.get("reason") or status))
+
+
+def http_servers(node: NodeData) -> list[dict[str, Any]]:
+    pids = node.pids
+    return [s for s in node.data("http").get("servers", []) if set(s.get("pids", [])) & pids]
+
+
+def gpus(node: NodeData) -> list[dict[str, Any]]:
+    """NVML rows, each with the rank(s) whose worker pid runs on it."""
+    rank_of = {int(p["pid"]): p.get("rank") for p in node.procs().values() if p.get("role") == "worker"}
+    out = []
+    for g in node.data("nvml").get("gpus", []):
+        on = [rank_of[int(p["pid"])] for p in g.get("processes") or [] if p.get("pid") is not None and int(p["pid"]) in rank_of]
+        out.append({**g, "ranks": on})
+    return out
+
+
+def probe_problems(snapshot: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(probe, status, reason) of every probe that did not fully see: what the verdict could not use."""
+    out = []
+    for name, p in sorted((snapshot.get("probes") or {}).items()):
+        if isinstance(p, dict) and p.get("status") not in ("ok", None):
+            out.append((name, str(p.get("status")), str(p.get("reason") or "")))
+    return out
