@@ -43,18 +43,22 @@ class Injected:
     expect: tuple[str, str | None, str | None]  # status, layer, who (vllmdiag_sim.faults.EXPECTED)
     clients: list[int] = field(default_factory=list)
     root_pid: int = 0
+    tp: int = 0
 
 
 def check_fault(fault: str, tp: int, rank: int | None) -> None:
-    from vllmdiag_sim.faults import EXPECTED, FAULTS, RANKED
+    from vllmdiag_sim.faults import EXPECTED, FAULTS, FaultError, validate_start
 
     if fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
-    if fault in RANKED and tp < 2:
-        raise UsageError(f"--fault {fault} needs worker processes: use --tp 2 or more")
+    try:
+        validate_start(fault, tp=tp, dp=1, nnodes=1, master_port=None)
+    except FaultError as exc:
+        raise UsageError(f"--fault {fault} --tp {tp}: {exc}") from None
     if rank is not None and not 0 <= rank < tp:
         raise UsageError(f"--rank must be between 0 and {tp - 1} for --tp {tp}")
-    assert fault in EXPECTED, f"fault catalog has no expectation for {fault}"
+    if fault not in EXPECTED:
+        raise UsageError(f"fault {fault} has no expected answer in vllmdiag_sim/faults.py EXPECTED: cannot grade it")
 
 
 def say(console: Any, text: str) -> None:
@@ -111,7 +115,7 @@ def inject(dep: Any, fault: str, rank: int | None) -> Injected:
 
     who = EXPECTED[fault][2]
     pid: int | None = None
-    if who == "worker":
+    if rank is not None:
         pid = dep.worker_pid(rank)  # before the fault: a killed worker is no longer listed
     elif who == "engine_core":
         pid = dep.engine_pid()
@@ -122,9 +126,9 @@ def inject(dep: Any, fault: str, rank: int | None) -> Injected:
     clients = list(dep.pids_by_role.get("client", []))
     if who == "client" and clients:
         pid = clients[-1]
-    title = {"worker": f"VLLM::Worker_TP{rank}", "engine_core": "VLLM::EngineCore", "api_server": "the API server",
-             "client": "the HTTP client"}.get(who or "", "")
-    return Injected(fault, rank if who == "worker" else None, pid, title, EXPECTED[fault], clients, dep.root_pid)
+    title = {"engine_core": "VLLM::EngineCore", "api_server": "the API server", "client": "the HTTP client",
+             "group": f"the whole TP group (TP0-TP{dep.tp - 1})"}.get(who or "", f"VLLM::Worker_TP{rank}")
+    return Injected(fault, rank, pid, title, EXPECTED[fault], clients, dep.root_pid, dep.tp)
 
 
 def _workers(dep: Any) -> str:
@@ -142,7 +146,9 @@ def _target(inj: Injected) -> str:
 def expected_text(inj: Injected) -> str:
     status, layer, who = inj.expect
     text = status + (f" at the {layer} layer" if layer else "")
-    if inj.pid is not None:
+    if who == "group":
+        text += f", culprit {inj.what}: every rank waits alike, so no single rank is to blame"
+    elif who is not None and inj.pid is not None:
         text += f", culprit {inj.what}" + (f" rank {inj.rank}" if inj.rank is not None else "") + f" (pid {inj.pid})"
     elif who == "segments":
         text += " (shared-memory segments; no process to blame)"
@@ -158,11 +164,13 @@ def grade(verdict: dict[str, Any], inj: Injected) -> tuple[bool, str]:
     named = top is not None and blames(top, inj)
     if (verdict["status"], verdict.get("layer")) != (status, layer):
         return False, f"vllmdiag answered {got}; the injected {inj.fault} should read {expected_text(inj)}."
-    if who in ("worker", "engine_core", "api_server", "client") and not named:
+    if who in ("worker", "engine_core", "api_server", "client", "group") and not named:
         said = _culprit_text(top) if top else "no culprit"
         return False, f"right layer ({got}) but it blamed {said}, not {inj.what} (pid {inj.pid})."
-    if who is None:
+    if who is None and status == "healthy":
         return True, f"vllmdiag answered {got}, as it must for {inj.fault} (a false alarm is as bad as a miss)."
+    if who is None:
+        return True, f"vllmdiag answered {got}, as it must for {inj.fault} (and blamed no single rank for it)."
     blamed = f"; culprit {_culprit_text(top)}" if top else ""
     return True, f"vllmdiag answered {got}{blamed}: that is what was injected ({inj.fault})."
 
@@ -177,6 +185,10 @@ def blames(c: dict[str, Any], inj: Injected) -> bool:
         return c.get("role") == "api_server" and c.get("pid") == inj.root_pid
     if who == "client":
         return c.get("role") == "client" or c.get("pid") in inj.clients
+    if who == "group":
+        if inj.tp == 1:
+            return c.get("role") == "engine_core"
+        return c.get("role") == "rank_group" and c.get("title") == f"Worker_TP[0-{inj.tp - 1}]"
     return True
 
 

@@ -47,7 +47,8 @@ FAULTS: dict[str, str] = {
 }
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
 # catalog). who is the culprit's kind: "worker" (the faulted rank), "engine_core", "api_server",
-# "client", "segments" or None. `vllmdiag demo` grades its own answer against this.
+# "client", "segments", "group" (the whole TP group: every rank waits alike) or None.
+# `vllmdiag demo` grades its own answer against this.
 EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "healthy": ("healthy", None, None),
     "healthy-load": ("healthy", None, None),
@@ -64,6 +65,11 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "client-stalled": ("blocked", "client", "client"),
     "shm-leak": ("degraded", "queue", "segments"),
     "shm-small": ("degraded", "queue", "segments"),
+    "uniform-collective": ("blocked", "gpu", "group"),
+    "uniform-sync": ("blocked", "gpu", "group"),  # TP=1: the EngineCore itself (UniProcExecutor)
+    "long-step": ("healthy", None, None),
+    "healthy-slow": ("healthy", None, None),
+    "compiling": ("degraded", "gpu", None),  # suspected, never a straggler, never healthy
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
