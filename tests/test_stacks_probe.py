@@ -21,6 +21,10 @@ from vllmdiag.probe import Skip
 from vllmdiag.probes import stacks as probe
 
 DATA = Path(__file__).parent / "data" / "stacks"
+# A py-spy stand-in that PTRACE_ATTACHes (16) its --pid and hangs without waiting for the attach stop.
+PTRACE_FAKE = ("import ctypes, sys, time\n"
+               "ctypes.CDLL(None).ptrace(16, int(sys.argv[sys.argv.index('--pid') + 1]), 0, 0)\n"
+               "time.sleep(30)\n")
 needs_py_spy = pytest.mark.skipif(probe.find_py_spy() is None, reason="py-spy not installed")
 
 
@@ -133,10 +137,11 @@ def test_d_state_target_is_read_in_bounded_time(procs: Procs, tmp_path: Path) ->
 
 def test_sigcont_restores_a_target_our_killed_py_spy_left_stopped(procs: Procs, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in py-spy that ptrace-stops its target and then hangs, as one killed mid-attach would."""
+    """A stand-in py-spy that ptrace-attaches its target and hangs before it takes the attach stop,
+    as one killed mid-attach does: the kill leaves the target stopped (T), and only this is undone."""
     pid = procs.start("VLLM::Worker_TP0", "idle")
     fake = tmp_path / "py-spy"
-    fake.write_text('#!/bin/sh\nkill -STOP "$4"\nsleep 30\n')
+    fake.write_text(f"#!{sys.executable}\n{PTRACE_FAKE}")
     fake.chmod(0o755)
     monkeypatch.setattr(probe, "DUMP_TIMEOUT_S", 0.5)
     out = probe.dump_one(Context(), str(fake), pid, "blocking")

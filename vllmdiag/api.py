@@ -40,11 +40,19 @@ class TriageResult:
 
 
 def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
-            budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None) -> Snapshot:
+            budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, hard: bool = True) -> Snapshot:
+    """One snapshot of this node within ``budget_s`` (which includes any --watch window).
+
+    ``hard``: collect in a child process killed at the budget (vllmdiag/hardstop.py), so no probe
+    can hold the caller past it; False runs in this process (the runner's watchdog only)."""
     ctx = ctx or Context()
     ctx.options.update(options or {})
     # An option named like an opt-in probe (nccl_ras, preflight, ...) turns that probe on.
     enable = {name for name, on in (options or {}).items() if on}
+    if hard:
+        from vllmdiag.hardstop import collect_bounded
+
+        return collect_bounded(ctx, probes=probes, enable=enable, budget_s=budget_s)
     return collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s)
 
 

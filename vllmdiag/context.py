@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,9 @@ class Context:
     _results_lock: threading.Lock = field(default_factory=threading.Lock)
     _others_done: threading.Event = field(default_factory=threading.Event)
     _cancelled: threading.Event = field(default_factory=threading.Event)
+    # Called with every recorded result (hardstop streams them to the parent, so a killed collection
+    # keeps what it had); must not raise.
+    on_record: Callable[[str, ProbeResult], None] | None = None
 
     # ---- time -------------------------------------------------------------------------------
     def remaining(self) -> float:
@@ -71,16 +76,23 @@ class Context:
     def record(self, name: str, result: ProbeResult) -> None:
         with self._results_lock:
             self._results[name] = result
+        if self.on_record is not None:
+            try:
+                self.on_record(name, result)
+            except Exception:  # noqa: BLE001 - a broken pipe to a gone parent must not fail the probe
+                pass
 
     # ---- paths --------------------------------------------------------------------------------
     def proc(self, *parts: str | int) -> Path:
         return self.proc_root.joinpath(*(str(p) for p in parts))
 
     # ---- subprocesses -------------------------------------------------------------------------
-    def run(self, argv: list[str], timeout_s: float, *, env: dict[str, str] | None = None) -> CmdResult:
+    def run(self, argv: list[str], timeout_s: float, *, env: dict[str, str] | None = None,
+            on_timeout: Callable[[subprocess.Popen[bytes]], None] | None = None) -> CmdResult:
         """Run argv (never a shell) in its own process group; kill the whole group at the deadline.
 
-        The effective timeout is also capped by the run's remaining budget.
+        The effective timeout is also capped by the run's remaining budget. ``on_timeout`` sees the
+        process at its deadline, still alive, just before the kill (stacks: who is it tracing?).
         """
         timeout = max(0.05, min(timeout_s, self.remaining() or 0.05))
         start = time.monotonic()
@@ -90,8 +102,8 @@ class Context:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                start_new_session=True,
                 env=env,
+                **_GROUP,
             )
         except OSError as exc:
             return CmdResult(argv, None, "", "", False, time.monotonic() - start, error=str(exc))
@@ -99,6 +111,8 @@ class Context:
             out, err = proc.communicate(timeout=timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
+            if on_timeout is not None:
+                on_timeout(proc)
             kill_group(proc)
             try:
                 out, err = proc.communicate(timeout=1.0)
@@ -113,6 +127,12 @@ class Context:
             timed_out,
             time.monotonic() - start,
         )
+
+
+# A group of its own (killed as one at its deadline) but in our session, so that the hard budget
+# (vllmdiag/hardstop.py) finds and kills it with the collector. Python 3.10 lacks process_group:
+# there the child stays in our group (killed by pid, and with the collector's group).
+_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {}
 
 
 def default_rpc_base() -> Path:
@@ -134,11 +154,12 @@ def default_rpc_base() -> Path:
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the child's whole process group (it was started with start_new_session)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """SIGKILL the child's whole process group (it leads one of its own, see _GROUP)."""
+    if _GROUP:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
         proc.kill()
     except ProcessLookupError:

@@ -20,6 +20,7 @@ from vllmdiag import __version__
 from vllmdiag.context import Context
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probe import Partial, Skip
+from vllmdiag.redact import redact_text
 from vllmdiag.registry import Probe, discover, select
 
 DEFAULT_BUDGET_S = 8.0
@@ -106,6 +107,13 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
 
 
 def _run_one(ctx: Context, probe: Probe) -> ProbeResult:
+    res = _call(ctx, probe)
+    if res.reason:  # reasons quote stderr and paths: the one place every probe's words pass through
+        res.reason = redact_text(res.reason, 1024)
+    return res
+
+
+def _call(ctx: Context, probe: Probe) -> ProbeResult:
     start = time.monotonic()
     try:
         out = probe.collect(ctx)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmdiag.model import Snapshot, SnapshotError
+from vllmdiag.redact import redact_text
 
 NODE_STATUSES = ("ok", "unreachable", "timeout", "error")
 # ssh exits 255 for its own failures; its message says which. Order matters: first match wins.
@@ -79,7 +80,7 @@ def parse_snapshot(stdout: list[bytes]) -> Snapshot:
     lines = [line.strip() for line in b"".join(stdout).splitlines() if line.strip()]
     candidates = [line for line in lines if line.startswith(b"{")]
     if not candidates:
-        first = lines[0][:60].decode("utf-8", "replace") if lines else ""
+        first = redact_text(lines[0][:60].decode("utf-8", "replace")) if lines else ""
         raise SnapshotError("no snapshot JSON in the output" + (f" (got {first!r})" if first else " (empty)"))
     try:
         raw = json.loads(candidates[-1])
@@ -92,8 +93,10 @@ def parse_snapshot(stdout: list[bytes]) -> Snapshot:
 
 
 def _last_line(lines: list[bytes]) -> str:
+    """The remote side's last words, for the node's reason: secrets in them (a wrapper echoing its
+    command line, a token in an error) are redacted before they reach any output."""
     for line in reversed(lines):
-        text = line.decode("utf-8", "replace").strip()
+        text = line[-4096:].decode("utf-8", "replace").strip()
         if text:
-            return text[:300]
+            return redact_text(text)[:300]
     return ""

@@ -7,12 +7,12 @@ skipped (returns None), never an error (the psutil way).
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
-_SECRET_KEY = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE|CREDENTIAL|AUTH)", re.I)
-_SECRET_ARG = re.compile(r"^(--?[\w-]*(?:token|secret|password|passwd|api[-_]?key|access[-_]?key|auth)[\w-]*)(=.*)?$", re.I)
-REDACTED = "<redacted>"
+from vllmdiag.redact import REDACTED, redact_argv, redact_env
+
+# Redaction lives in vllmdiag/redact.py (shared with the fleet); re-exported for the probes.
+__all__ = ["REDACTED", "redact_argv", "redact_env"]
 
 
 def read_text(path: Path, limit: int = 1 << 20) -> str | None:
@@ -61,36 +61,6 @@ def list_pids(proc_root: Path) -> list[int]:
         return sorted(int(name) for name in os.listdir(proc_root) if name.isdigit())
     except OSError:
         return []
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        m = _SECRET_ARG.match(arg)
-        if m and m.group(2):
-            out.append(f"{m.group(1)}={REDACTED}")
-        elif m:
-            out.append(arg)
-            hide_next = True
-        else:
-            out.append(_redact_inline(arg))
-    return out
-
-
-def _redact_inline(arg: str) -> str:
-    # KEY=value pairs and bearer tokens inside one argument (e.g. an env prefix or a URL).
-    arg = re.sub(r"((?:[A-Za-z_]*(?:TOKEN|SECRET|PASSWORD|API_KEY)[A-Za-z_]*)=)\S+", r"\1" + REDACTED, arg, flags=re.I)
-    arg = re.sub(r"(Bearer\s+)\S+", r"\1" + REDACTED, arg, flags=re.I)
-    return re.sub(r"(://[^/:@\s]+:)[^@/\s]+@", r"\1" + REDACTED + "@", arg)
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if _SECRET_KEY.search(k) else _redact_inline(v)) for k, v in env.items()}
 
 
 def parse_environ(raw: str, keep: tuple[str, ...]) -> dict[str, str]:

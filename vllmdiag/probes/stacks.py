@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes._procfs import parse_stat, read_text
+from vllmdiag.probes._ptrace import resume_if_stopped, traced_by
 from vllmdiag.probes._pyspy_text import parse_tree_dump
 
 SPEC = ProbeSpec(name="stacks", layer="gpu", description="py-spy stacks of every vLLM process (parallel, bounded)",
@@ -83,10 +85,10 @@ def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str)
     out: list[dict[str, Any]] = []
     for root in roots:
         argv = [exe, "dump", "--subprocesses", "--pid", str(root)] + (["--nonblocking"] if mode == "nonblocking" else [])
-        res = ctx.run(argv, min(DUMP_TIMEOUT_S, max(0.2, ctx.remaining() - 1.0)))
-        for pid in pids:
-            if res.timed_out and states[pid] not in ("T", "t") and proc_state(ctx, pid) == "T":
-                _sigcont(pid)
+        ours: set[int] = set()
+        res = ctx.run(argv, min(DUMP_TIMEOUT_S, max(0.2, ctx.remaining() - 1.0)), on_timeout=_tracing(ctx, pids, ours))
+        for pid in ours:
+            _undo_our_stop(ctx, pid, states[pid])
         if res.timed_out or res.error:  # a non-Python child makes py-spy exit non-zero; keep what it read
             continue
         for pid, threads in parse_tree_dump(res.stdout, MAX_FRAMES).items():
@@ -97,14 +99,18 @@ def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str)
     return out
 
 
-def _sigcont(pid: int) -> bool:
-    """DESIGN principle 1's one exception: our py-spy was killed between its ptrace stop and the
-    detach, which leaves a target that was running stopped. Undo exactly what we did."""
-    try:
-        os.kill(pid, signal.SIGCONT)
-        return True
-    except OSError:
+def _tracing(ctx: Context, pids: set[int], ours: set[int]) -> Callable[[subprocess.Popen[bytes]], None]:
+    """At py-spy's deadline, before its kill: note which targets it is ptrace-attached to."""
+    return lambda spy: ours.update(p for p in pids if traced_by(p, spy.pid, ctx.proc_root))
+
+
+def _undo_our_stop(ctx: Context, pid: int, before: str | None) -> bool:
+    """DESIGN principle 1's one exception: our py-spy, killed between its ptrace stop and the detach,
+    left a target that was running stopped. Call only for a target it was tracing at the kill; a
+    process stopped before we came (or by someone else) stays stopped (issue 15 item 6)."""
+    if before in ("T", "t", None):
         return False
+    return resume_if_stopped(pid, ctx.proc_root)
 
 
 def find_py_spy() -> str | None:
@@ -183,11 +189,12 @@ def dump_one(ctx: Context, exe: str, pid: int, mode: str) -> dict[str, Any]:
         mode, timeout = "nonblocking", STOPPED_TIMEOUT_S
     if mode in ("native", "nonblocking"):
         argv.append(f"--{mode}")
-    res = ctx.run(argv, timeout)
+    ours: list[bool] = []
+    res = ctx.run(argv, timeout, on_timeout=lambda spy: ours.append(traced_by(pid, spy.pid, ctx.proc_root)))
     after = proc_state(ctx, pid)
     out.update(mode=mode, duration_s=round(res.duration_s, 4))
-    if res.timed_out and before not in ("T", "t") and after == "T":
-        out["sigcont_sent"] = _sigcont(pid)
+    if any(ours) and after == "T":
+        out["sigcont_sent"] = _undo_our_stop(ctx, pid, before)
         after = proc_state(ctx, pid)
     out["state_after"] = after
     if res.error:

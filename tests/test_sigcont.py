@@ -1,0 +1,86 @@
+"""SIGCONT only for a stop our own py-spy caused (issue 15 item 6), watched with strace.
+
+Three workers of a real process tree, each meeting a different py-spy stand-in that hangs until the
+collector kills it at its deadline: one worker an operator stopped before we came, one stopped by
+somebody else (``kill -STOP``, not a ptrace) while our dump ran, one our stand-in ptrace-attached
+(the attach stop a killed py-spy leaves behind). strace on the collector records every kill/tgkill:
+only the third worker may get a SIGCONT; the other two must still be stopped afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fake_tree import fake_tree
+from test_stacks_probe import PTRACE_FAKE
+
+pytestmark = pytest.mark.skipif(shutil.which("strace") is None or os.geteuid() != 0,
+                                reason="needs strace and root (ptrace of other processes)")
+ROOT = Path(__file__).resolve().parent.parent
+COLLECT = ("import sys\n"
+           "from vllmdiag.probes import stacks\n"
+           "stacks.find_py_spy = lambda: sys.argv[1]\n"
+           "stacks.DUMP_TIMEOUT_S = stacks.STOPPED_TIMEOUT_S = 1.0\n"
+           "from vllmdiag.api import collect\n"
+           "snap = collect(probes=['processes', 'stacks'], options={'pids': [int(sys.argv[2])]}, budget_s=6)\n"
+           "print(snap.probes['stacks'].status)\n")
+
+
+def _fake_py_spy(path: Path, plan: dict[int, str]) -> None:
+    """Per target pid: 'hang' (a dump that never answers), 'stop' (kill -STOP it, then hang), 'ptrace'."""
+    path.write_text(f"#!{sys.executable}\n"
+                    "import json, os, signal, sys, time\n"
+                    f"plan = {{int(k): v for k, v in json.loads({json.dumps(json.dumps(plan))}).items()}}\n"
+                    "pid = int(sys.argv[sys.argv.index('--pid') + 1])\n"
+                    "what = plan.get(pid, 'none')\n"
+                    "if what == 'none': print('[]'); sys.exit(0)\n"
+                    "if what == 'stop': os.kill(pid, signal.SIGSTOP)\n"
+                    f"if what == 'ptrace':\n    exec({PTRACE_FAKE!r})\n"
+                    "time.sleep(30)\n")
+    path.chmod(0o755)
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_state(pid: int, want: str) -> None:
+    end = time.monotonic() + 5
+    while _state(pid) != want and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def test_sigcont_only_for_what_our_py_spy_stopped(tmp_path: Path, reliability: Any) -> None:
+    with fake_tree(tp=3) as t:
+        pre, other, ours = t.workers[0], t.workers[1], t.workers[2]
+        os.kill(pre, signal.SIGSTOP)  # an operator (or Slurm) stopped it before we came
+        _wait_state(pre, "T")
+        fake = tmp_path / "py-spy"
+        _fake_py_spy(fake, {pre: "hang", other: "stop", ours: "ptrace"})
+        log = tmp_path / "strace.log"
+        try:
+            proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=kill,tgkill", "-e", "signal=none", "-o",
+                                   str(log), sys.executable, "-c", COLLECT, str(fake), str(t.api)],
+                                  capture_output=True, text=True, timeout=60, cwd=ROOT,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+            assert proc.returncode == 0, proc.stderr
+            sigconts = {int(m.group(1)) for m in re.finditer(r"kill\((\d+), SIGCONT\)", log.read_text())}
+            states = {"pre": _state(pre), "other": _state(other), "ours": _state(ours)}
+        finally:
+            for pid in (pre, other, ours):
+                os.kill(pid, signal.SIGCONT)
+        reliability.case(unsafe=bool(sigconts & {pre, other}))
+        assert sigconts & {pre, other} == set(), f"SIGCONT sent to a stop that was not ours: {sigconts}"
+        assert states["pre"] == "T" and states["other"] == "T"  # both stops stand
+        assert ours in sigconts and states["ours"] in ("S", "R")  # our own attach stop is undone

@@ -1,0 +1,143 @@
+"""The budget as a promise the kernel keeps: collection runs in a forked child that we kill at the deadline.
+
+The runner's watchdog ends probes at the budget, but only while Python can run it: a probe that holds
+the GIL (a regex backtracking in C on a 100,000-character argument, issue 15 item 2) or a thread stuck
+in the kernel keeps the watchdog from ever firing. So ``collect_bounded`` forks (no re-import: the child
+has every module the parent loaded), the child collects in a session of its own and streams each
+probe result as one JSON line the moment it is recorded, then the whole snapshot. At budget + grace
+the parent kills every process of that session (the child, its py-spy and NVML children) and builds
+the snapshot from what arrived: probes that never answered are ``timeout`` "collector killed at the
+budget". Normally the watchdog ends first and the child answers in time, with partial results kept.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+from vllmdiag import __version__
+from vllmdiag.context import Context
+from vllmdiag.killtree import end_processes, kill_session, own_children
+from vllmdiag.model import ProbeResult, Snapshot, SnapshotError
+from vllmdiag.registry import Probe, discover
+from vllmdiag.registry import select as select_probes
+
+GRACE_S = 0.5  # after the budget: the child serializes and exits; killing sooner would lose good results
+REAP_S = 0.5  # how long to wait for the killed child (one in D state may never go)
+KILLED = "collector killed at the budget ({:.1f} s): a probe held it past every deadline"
+
+
+def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: set[str] | None = None,
+                    budget_s: float, registry: dict[str, Probe] | None = None, grace_s: float = GRACE_S) -> Snapshot:
+    from vllmdiag.runner import collect_snapshot
+
+    registry = registry if registry is not None else discover()
+    names = list(select_probes(registry, probes, enable or set()))  # bad names fail here, before the fork
+    start = time.monotonic()
+    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(rfd)
+        _child(wfd, lambda: collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s, registry=registry),
+               ctx)
+    os.close(wfd)
+    killed = False
+    try:
+        raw, complete = _read_until(rfd, start + budget_s + grace_s)
+    except BaseException:
+        kill_session(pid)  # Ctrl-C in the parent: nothing we started may outlive us
+        raise
+    finally:
+        os.close(rfd)
+    if not complete:
+        killed = True
+        kill_session(pid)
+    _reap(pid)
+    return _assemble(raw, killed, names, ctx, started_at, time.monotonic() - start, budget_s)
+
+
+def _child(wfd: int, run: Any, ctx: Context) -> None:
+    code = 0
+    try:
+        os.setsid()  # our session: the parent finds every process we start by its session id
+        lock = threading.Lock()
+
+        def emit(obj: dict[str, Any]) -> None:
+            data = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
+            with lock:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(wfd, view):]
+
+        ctx.on_record = lambda name, res: emit({"probe": name, "result": res.to_dict()})
+        snap = run()
+        # A probe abandoned at its deadline may have left a subprocess (py-spy on a D-state target):
+        # nothing we started outlives the collection, and a target its kill left stopped is resumed.
+        end_processes(own_children())
+        emit({"snapshot": snap.to_dict()})
+    except BaseException as exc:  # noqa: BLE001 - the parent reports it; a child must never unwind into the CLI
+        code = 1
+        try:
+            os.write(wfd, (json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n").encode())
+        except OSError:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
+    """Everything the child wrote, and whether it closed the pipe (finished) before the deadline."""
+    chunks: list[bytes] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return b"".join(chunks), False
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks), True
+            chunks.append(chunk)
+
+
+def _assemble(raw: bytes, killed: bool, names: list[str], ctx: Context, started_at: str, elapsed: float,
+              budget_s: float) -> Snapshot:
+    results: dict[str, ProbeResult] = {}
+    error = None
+    for line in raw.splitlines():
+        try:
+            obj = json.loads(line)
+            if "snapshot" in obj and not killed:
+                return Snapshot.from_dict(obj["snapshot"], "collector")
+            if "probe" in obj:
+                results[str(obj["probe"])] = ProbeResult.from_dict(obj["result"], "collector")
+            elif "error" in obj:
+                error = str(obj["error"])
+        except (ValueError, TypeError, KeyError, SnapshotError):
+            continue  # a line cut by the kill
+    why = KILLED.format(budget_s) if killed else f"collector failed: {error or 'no answer'}"
+    for name in names:
+        results.setdefault(name, ProbeResult("timeout" if killed else "error", round(elapsed, 4), why))
+    return Snapshot(node=ctx.options.get("node") or socket.gethostname(), collected_at=started_at,
+                    vllmdiag_version=__version__, duration_s=round(elapsed, 4),
+                    probes={n: results[n] for n in names},
+                    options={k: v for k, v in ctx.options.items() if isinstance(v, (str, int, float, bool, list, dict))})
+
+
+def _reap(pid: int) -> None:
+    deadline = time.monotonic() + REAP_S
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done or time.monotonic() >= deadline:
+            return  # one stuck in D state is left to init: we never block on it
+        time.sleep(0.005)

@@ -1,0 +1,105 @@
+"""End every process a collection started, and undo a stop a killed py-spy among them caused.
+
+A py-spy killed in the middle of a dump leaves its target stopped (the ptrace attach queues a stop;
+the kernel's detach at the tracer's death does not resume it). We resume exactly those: targets whose
+tracer was one of the processes we kill, and that are stopped afterwards (DESIGN principle 1; issue 15
+item 6). Everything else keeps its state, an operator's SIGSTOP included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from vllmdiag.probes._ptrace import resume_if_stopped, tracer_tid
+
+WAIT_S = 0.5  # for killed tracers to exit (their ptrace detach happens in exit)
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the child's session (the child included)."""
+    end_processes(_session(sid))
+
+
+def end_processes(members: dict[int, int]) -> None:
+    """SIGKILL these processes' groups (pid -> pgid), then resume what a killed py-spy among them left stopped."""
+    if not members:
+        return
+    traced = _traced_by(members)
+    own = os.getpgid(0)
+    for pid, pgid in members.items():
+        try:
+            if pgid != own:
+                os.killpg(pgid, signal.SIGKILL)
+            elif pid != os.getpid():  # a child left in our own group (Python 3.10 has no process_group)
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if traced:
+        _wait_exited(list(members))
+        for target in traced:
+            resume_if_stopped(target)
+
+
+def _session(sid: int) -> dict[int, int]:
+    """pid -> pgid of every process whose session is ``sid`` (our child is unreaped: its id is not reused)."""
+    out: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat_fields(int(name))
+            if fields and int(fields[3]) == sid:
+                out[int(name)] = int(fields[2])
+    return out
+
+
+def own_children() -> dict[int, int]:
+    """pid -> pgid of the children of this process, from every thread (probe threads start them)."""
+    out: dict[int, int] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            kids = open(f"/proc/self/task/{tid}/children").read().split()  # noqa: SIM115
+        except OSError:
+            continue
+        for kid in kids:
+            fields = _stat_fields(int(kid))
+            if fields:
+                out[int(kid)] = int(fields[2])
+    return out
+
+
+def _traced_by(members: dict[int, int]) -> list[int]:
+    """Processes outside ``members`` that a thread of one of ``members`` has ptrace-attached (py-spy)."""
+    tids: set[int] = set()
+    for pid in members:
+        try:
+            tids.update(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            continue
+    return [int(name) for name in os.listdir("/proc")
+            if name.isdigit() and int(name) not in members and tracer_tid(int(name)) in tids]
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    rest = text[text.rfind(")") + 2:].split()
+    return rest if len(rest) > 4 else None
+
+
+def _wait_exited(pids: list[int]) -> None:
+    """Until the killed tracers are dead (zombie or gone): the kernel detaches ptrace in their exit."""
+    deadline = time.monotonic() + WAIT_S
+    for pid in pids:
+        while time.monotonic() < deadline:
+            fields = _stat_fields(pid)
+            if fields is None or fields[0] in ("Z", "X"):
+                break
+            time.sleep(0.005)
