@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_stacks_probe import PTRACE_FAKE
 
 from fake_tree import fake_tree
-from test_stacks_probe import PTRACE_FAKE
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None or os.geteuid() != 0,
                                 reason="needs strace and root (ptrace of other processes)")
@@ -31,15 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 COLLECT = ("import sys\n"
            "from vllmdiag.probes import stacks\n"
            "stacks.find_py_spy = lambda: sys.argv[1]\n"
-           "stacks.DUMP_TIMEOUT_S = stacks.STOPPED_TIMEOUT_S = 1.0\n"
+           "stacks.DUMP_TIMEOUT_S = stacks.STOPPED_TIMEOUT_S = 3.0  # slow machines: let the stand-in attach\n"
            "from vllmdiag.api import collect\n"
-           "snap = collect(probes=['processes', 'stacks'], options={'pids': [int(sys.argv[2])]}, budget_s=6)\n"
+           "snap = collect(probes=['processes', 'stacks'], options={'pids': [int(sys.argv[2])]}, budget_s=10)\n"
            "print(snap.probes['stacks'].status)\n")
 
 
 def _fake_py_spy(path: Path, plan: dict[int, str]) -> None:
     """Per target pid: 'hang' (a dump that never answers), 'stop' (kill -STOP it, then hang), 'ptrace'."""
-    path.write_text(f"#!{sys.executable}\n"
+    path.write_text(f"#!{sys.executable} -S\n"
                     "import json, os, signal, sys, time\n"
                     f"plan = {{int(k): v for k, v in json.loads({json.dumps(json.dumps(plan))}).items()}}\n"
                     "pid = int(sys.argv[sys.argv.index('--pid') + 1])\n"

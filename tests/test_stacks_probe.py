@@ -141,9 +141,9 @@ def test_sigcont_restores_a_target_our_killed_py_spy_left_stopped(procs: Procs, 
     as one killed mid-attach does: the kill leaves the target stopped (T), and only this is undone."""
     pid = procs.start("VLLM::Worker_TP0", "idle")
     fake = tmp_path / "py-spy"
-    fake.write_text(f"#!{sys.executable}\n{PTRACE_FAKE}")
+    fake.write_text(f"#!{sys.executable} -S\n{PTRACE_FAKE}")
     fake.chmod(0o755)
-    monkeypatch.setattr(probe, "DUMP_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(probe, "DUMP_TIMEOUT_S", 2.0)  # slow machines: let the stand-in attach
     out = probe.dump_one(Context(), str(fake), pid, "blocking")
     assert out["status"] == "timeout" and out["state_before"] in ("S", "R")
     assert out["sigcont_sent"] is True and state(pid) in ("S", "R")
