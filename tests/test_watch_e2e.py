@@ -103,7 +103,7 @@ def test_watch_saves_the_moment_a_deployment_hangs(sim_state: Path, tmp_path: Pa
         stdout, stderr = _Lines(watcher.stdout), _Lines(watcher.stderr)
         url = stderr.wait(r"metrics on (http://\S+)").group(1)
         with sim.Deployment.up(tp=2, fault="healthy") as first:
-            stderr.wait(rf"new {NODE}:{first.root_pid} ")
+            stderr.wait(rf"new {NODE}:{first.root_pid} ", timeout_s=120)
         with sim.Deployment.up(tp=2, fault="healthy-load") as dep:
             dep_id = f"{NODE}:{dep.root_pid}"
             stderr.wait(rf"gone {NODE}:{first.root_pid} ")  # the restart: the old one is dropped ...

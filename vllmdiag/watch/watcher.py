@@ -57,6 +57,7 @@ class Watcher:
         self.passes = self.triages = 0
         self.pass_s = 0.0
         self._lock = threading.Lock()
+        self._last_blind = ""
 
     # ---- one pass ---------------------------------------------------------------------------
     def step(self) -> None:
@@ -66,6 +67,7 @@ class Watcher:
         options: dict[str, Any] = {"cheap": True, **({"node": self.cfg.node} if self.cfg.node else {})}
         snap = collect(probes=CHEAP_PROBES, options=options, budget_s=PASS_BUDGET_S)
         now = time.monotonic()
+        self._blind(snap)
         seen = deployment_keys(snap, self.cfg.select)
         within = {p.deployment_id: p for p in deployment_progress([snap])}
         across = {p.deployment_id: p for p in deployment_progress([self.prev[0], snap])} if self.prev else {}
@@ -78,6 +80,15 @@ class Watcher:
                 self._triage(ev.tracked)
             else:
                 self._note(f"{ev.kind} {ev.tracked.deployment_id} (root pid {ev.tracked.root_pid})")
+
+    def _blind(self, snap: Snapshot) -> None:
+        """Say once (and again when it changes) that passes do not see everything: a probe that
+        times out on a loaded node, or fds we may not read, must not look like a quiet node."""
+        bad = "; ".join(f"{name} {res.status}: {res.reason}" for name, res in sorted(snap.probes.items())
+                        if res.status in ("error", "timeout") or (name == "processes" and res.status != "ok"))
+        if bad != self._last_blind:
+            self._note(f"cheap pass incomplete: {bad}" if bad else "cheap passes complete again")
+            self._last_blind = bad
 
     def _triage(self, t: Tracked) -> None:
         from vllmdiag.api import triage
