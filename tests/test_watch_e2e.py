@@ -183,5 +183,13 @@ def test_sigint_exits_zero_and_an_idle_node_writes_nothing(tmp_path: Path) -> No
     err.wait("watching")
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 0
+    try:
+        rc = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        stacks = subprocess.run(["py-spy", "dump", "--pid", str(proc.pid)], capture_output=True, text=True,
+                                timeout=30).stdout
+        proc.kill()
+        proc.wait()
+        raise AssertionError("no exit 30 s after SIGINT:\n" + "\n".join(err.lines[-20:]) + "\n" + stacks) from None
+    assert rc == 0
     assert list(out.iterdir()) == []
