@@ -185,3 +185,32 @@ def test_bad_watch_options_are_one_line_and_exit_2(args: list[str], tmp_path: Pa
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) <= 3
     assert not (tmp_path / "o").exists()
+
+
+def test_a_stuck_probe_thread_moves_passes_into_a_killable_child(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllmdiag.api
+    from vllmdiag.model import Snapshot
+    from vllmdiag.watch.watcher import WatchConfig, Watcher, stuck_probe_threads
+
+    seen: list[bool] = []
+
+    def fake_collect(**kw: Any) -> Snapshot:
+        seen.append(kw["hard"])
+        assert kw["options"]["cheap"] is True and "stacks" not in kw["probes"]
+        return Snapshot("n", "2026-11-30T00:00:00+00:00", "x", 0.1)
+
+    monkeypatch.setattr(vllmdiag.api, "collect", fake_collect)
+    w = Watcher(WatchConfig(out_dir=tmp_path))
+    before = stuck_probe_threads()
+    w.step()
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, name="probe-processes", daemon=True)  # a read that never returns
+    stuck.start()
+    try:
+        assert stuck_probe_threads() == before + 1
+        w.step()
+    finally:
+        release.set()
+        stuck.join()
+    assert seen == [before > 0, True]

@@ -65,7 +65,7 @@ class Watcher:
 
         start = time.monotonic()
         options: dict[str, Any] = {"cheap": True, **({"node": self.cfg.node} if self.cfg.node else {})}
-        snap = collect(probes=CHEAP_PROBES, options=options, budget_s=PASS_BUDGET_S)
+        snap = collect(probes=CHEAP_PROBES, options=options, budget_s=PASS_BUDGET_S, hard=stuck_probe_threads() > 0)
         now = time.monotonic()
         self._blind(snap)
         seen = deployment_keys(snap, self.cfg.select)
@@ -94,11 +94,7 @@ class Watcher:
         from vllmdiag.api import triage
 
         options: dict[str, Any] = {"node": self.cfg.node} if self.cfg.node else {}
-        # TEMPORARY: api.triage takes confirm_s once the progress helper's confirm window lands.
-        import inspect
-
-        more: dict[str, Any] = {"confirm_s": self.cfg.confirm_s} if "confirm_s" in inspect.signature(triage).parameters else {}
-        result = triage(pids=[t.root_pid], options=options, budget_s=self.cfg.budget_s + self.cfg.confirm_s, **more)
+        result = triage(pids=[t.root_pid], options=options, budget_s=self.cfg.budget_s, confirm_s=self.cfg.confirm_s)
         report = result.report.to_dict()
         verdict = deployment_verdict(report, t.root_pid)
         with self._lock:
@@ -166,6 +162,7 @@ class Watcher:
                 ("vllmdiag_watch_passes_total", {"node": node}, self.passes),
                 ("vllmdiag_watch_triages_total", {"node": node}, self.triages),
                 ("vllmdiag_watch_deployments", {"node": node}, len(deps)),
+                ("vllmdiag_watch_stuck_threads", {"node": node}, stuck_probe_threads()),
             ]
             for t in deps:
                 out += _deployment_samples(node, t, now)
@@ -189,6 +186,14 @@ def _deployment_samples(node: str, t: Tracked, now: float) -> list[Sample]:
                                                    "culprit_role": str(culprit.get("role") or ""),
                                                    "culprit_pid": str(culprit.get("pid") or "")}, 1))
     return out
+
+
+def stuck_probe_threads() -> int:
+    """Probe threads of earlier passes still alive: stuck in the kernel (a /proc read of a D-state
+    process). Passes run in this process (a forked child per pass would cost ~30 ms CPU more, three
+    quarters of the pass), except while one is stuck: then in a child killed at the budget, so no
+    more threads pile up behind it."""
+    return sum(1 for t in threading.enumerate() if t.name.startswith("probe-") and t.is_alive())
 
 
 def deployment_keys(snap: Snapshot, select: dict[str, str] | None = None) -> dict[str, tuple[str, int]]:
