@@ -146,15 +146,21 @@ def test_sim_healthy_with_a_stale_socket_file_is_healthy(sim_state: Path) -> Non
         stale.unlink()
 
 
-def test_endpoint_view_renders_listeners_and_zmtp_status() -> None:
+def test_endpoint_view_renders_listeners_and_zmtp_status(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
     from rich.console import Console
 
+    from vllmdiag.render import text as text_view
     from vllmdiag.render.text import render_report
 
+    report = analyze_report([_snap([(ROUTER, [ENGINE, WORKER], 0, None, "timeout"), (PULL, FORKED, 1, "PULL", "ok")])])
     out = io.StringIO()
-    render_report(analyze_report([_snap([(ROUTER, [ENGINE, WORKER], 0, None, "timeout"), (PULL, FORKED, 1, "PULL", "ok")])]),
-                  Console(file=out, width=200))
+    render_report(report, Console(file=out, width=200))
+    text = out.getvalue()  # default view: the problem endpoint with what its status means; healthy ones counted
+    assert "timeout" in text and "does not serve it" in text and "1 answer the ZMTP greeting" in text
+    monkeypatch.setattr(text_view, "VERBOSE", True)  # -v: every listener in the table
+    out = io.StringIO()
+    render_report(report, Console(file=out, width=200))
     text = out.getvalue()
     assert "ZMQ endpoints" in text and "timeout" in text and "PULL" in text and "handshake.engine_endpoint_gone" in text

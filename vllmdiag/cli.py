@@ -24,6 +24,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["collect"] and {"-h", "--help"} & set(argv[1:]):
+        from vllmdiag.collect_cli import build_parser
+        from vllmdiag.collect_help import show
+
+        raise SystemExit(show(build_parser()))
     if argv[:1] == ["collect"]:
         # Fast path without typer/rich: collect is what every node of a sweep runs.
         from vllmdiag.collect_cli import main as collect_main
@@ -179,6 +184,7 @@ def triage_command(
     watch: Annotated[float, _opt("--watch", help="observe this many seconds and report rates")] = 0.0,
     confirm: Annotated[float, _opt("--confirm", help="when work is in flight and nothing moved, keep watching up "
                                    "to this many seconds before calling it a hang (0 = off)")] = 10.0,
+    verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
 ) -> int:
     """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
     from vllmdiag.api import triage
@@ -196,10 +202,21 @@ def triage_command(
                                "probe_request": probe_request}
     if watch:
         options["watch_s"] = watch
-    with _confirm_bar() as tick:
+    from vllmdiag.cli_progress import WatchBar
+
+    _verbose(verbose)
+    with _confirm_bar() as tick, WatchBar(watch, enabled=sys.stderr.isatty() and not json_out) as bar:
         result = triage(pids=pid, probes=probe, options=options, budget_s=budget + watch, confirm_s=confirm,
-                        on_confirm=tick)
+                        on_confirm=bar.chain(tick))
     return emit(result, json_out, report, save)
+
+
+def _verbose(on: bool) -> None:
+    """-v: every row of every section in the terminal view (the default folds what is fine)."""
+    if on:
+        from vllmdiag.render import text
+
+        text.VERBOSE = True
 
 
 class _confirm_bar:  # noqa: N801 (used as a context manager, reads like a function)
@@ -235,10 +252,12 @@ def analyze_command(
     json_out: Annotated[bool, _opt("--json", help="print the JSON contract")] = False,
     report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
     pid: Annotated[list[int] | None, _opt("--pid", help="only the deployment(s) containing this pid")] = None,
+    verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
 ) -> int:
     """Recompute the verdict offline from saved snapshots."""
     from vllmdiag.api import analyze_files
 
+    _verbose(verbose)
     _check_report_name(report)
     from vllmdiag.model import SnapshotError
 
@@ -274,11 +293,13 @@ def demo_command(
     fleet: Annotated[bool, _opt("--fleet", help="start a few namespaced nodes (root) and sweep them")] = False,
     nodes: Annotated[int, _opt("--nodes", help="with --fleet: how many nodes (2-8)")] = 4,
     report: Annotated[Path | None, _opt("--report", help="also write a self-contained .html or .md report")] = None,
+    verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
 ) -> int:
     """Start a simulated hung vLLM deployment, say what was injected, triage it, say if it was found, tear down."""
     if tp is not None and not 1 <= tp <= 8:
         raise UsageError("--tp must be between 1 and 8")
     _check_report_name(report)
+    _verbose(verbose)
     if fleet:
         from vllmdiag.demo_fleet import demo_fleet
 

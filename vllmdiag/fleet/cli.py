@@ -50,6 +50,7 @@ def sweep_command(
     gate_config: Annotated[Path | None, _opt("--gate-config", help="gate YAML (see `vllmdiag gate --default-config`)")] = None,
     tp: Annotated[int | None, _opt("--tp", help="with --gate: planned tensor-parallel size per node")] = None,
     junit: Annotated[Path | None, _opt("--junit", help="with --gate: write JUnit XML here")] = None,
+    verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
 ) -> int:
     """Diagnose every node of a fleet at once: one verdict, nodes folded into classes, sick nodes listed."""
     from vllmdiag.fleet.api import save as save_dir
@@ -58,6 +59,11 @@ def sweep_command(
     from vllmdiag.fleet.nodes import resolve_nodes
     from vllmdiag.fleet.sweep import SweepPlan
     from vllmdiag.fleet.transport import Transport
+
+    if verbose:
+        from vllmdiag.render import text
+
+        text.VERBOSE = True
 
     if not 0.5 <= timeout <= 3600 or not 0.5 <= connect_timeout <= 600:
         raise UsageError("--timeout must be 0.5-3600 s and --connect-timeout 0.5-600 s")

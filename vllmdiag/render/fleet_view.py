@@ -10,7 +10,9 @@ from typing import Any
 
 from vllmdiag.analysis.engine import Report
 
-CELL_STYLE = {".": ("■", "green"), "X": ("■", "bold red"), "b": ("■", "red"), "d": ("■", "yellow"), "?": ("■", "magenta")}
+# A glyph per state, not only a colour: the grid must read the same without colour (logs, pipes, NO_COLOR).
+CELL_STYLE = {".": ("■", "green"), "X": ("✖", "bold red"), "b": ("▲", "red"), "d": ("◆", "yellow"), "?": ("?", "magenta")}
+CELL_WORD = {".": "ok", "X": "culprit", "b": "in a blocked deployment", "d": "degraded", "?": "unknown"}
 NODE_STYLE = {"healthy": "green", "blocked": "bold red", "degraded": "yellow", "inconclusive": "magenta",
               "no-deployment": "blue", "unreachable": "bold magenta", "timeout": "bold magenta", "error": "bold magenta"}
 MAX_ROWS = 40
@@ -53,9 +55,10 @@ def render(report: Report, console: Any) -> None:
     if len(rows) > MAX_ROWS:
         table.add_row(f"... {len(rows) - MAX_ROWS} more classes", "", "", "", "")
     console.print(table)
-    console.print(Text("■ ok  ", style="green") + Text("■ culprit  ", style="bold red")
-                  + Text("■ blocked  ", style="red") + Text("■ degraded  ", style="yellow")
-                  + Text("■ unknown", style="magenta"))
+    legend = Text()
+    for ch, (glyph, style) in CELL_STYLE.items():
+        legend.append(f"{glyph} {CELL_WORD[ch]}  ", style=style)
+    console.print(legend)
     classes = report.extra.get("fleet", {}).get("classes", [])
     for c in classes:
         if c["status"] not in ("healthy", "unreachable", "timeout", "error"):

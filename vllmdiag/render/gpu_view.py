@@ -11,7 +11,8 @@ from typing import Any
 from vllmdiag.analysis.engine import Report
 from vllmdiag.render.text import escape
 
-CLASS_STYLE = {"collective": "yellow", "sync_point": "yellow", "executing": "green", "idle": "dim",
+# "executing" is not green: the rank that never reached its peers' collective is usually executing.
+CLASS_STYLE = {"collective": "yellow", "sync_point": "yellow", "executing": "", "idle": "dim",
                "engine_idle": "dim", "engine_busy": "bold red", "unknown": "magenta"}
 
 
@@ -22,10 +23,13 @@ def render(report: Report, console: Any) -> None:
     if rows:
         table = Table(title="stack classes (py-spy)", title_justify="left")
         for col in ("deployment", "ranks / process", "class", "backend", "where"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
+        blamed = _blamed_ranks(report)
         for f in rows:
             for r in f.evidence.get("stack_classes", []):
-                table.add_row(escape(f.deployment or ""), escape(r["ranks"]), _cls(r["class"]), escape(r.get("backend") or ""),
+                culprit = (f.deployment, str(r["ranks"])) in blamed
+                who = f"[bold white on red]{escape(r['ranks'])} ◀ culprit[/]" if culprit else escape(r["ranks"])
+                table.add_row(escape(f.deployment or ""), who, _cls(r["class"]), escape(r.get("backend") or ""),
                               escape(r.get("where") or ""))
             for o in f.evidence.get("others", []):
                 table.add_row(escape(f.deployment or ""), escape(f"{o['title']} ({o['pid']})"), _cls(o["class"]), "",
@@ -35,7 +39,7 @@ def render(report: Report, console: Any) -> None:
     if gpus:
         table = Table(title="GPUs (NVML)", title_justify="left")
         for col in ("node", "gpu", "util %", "power W", "memory GiB", "temp C", "ECC unc", "xid", "pids"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for node, g in gpus:
             table.add_row(escape(node), str(g.get("index")), _num(g.get("util_pct")),
                           f"{_num(g.get('power_w'))}/{_num(g.get('power_limit_w'))}",
@@ -44,6 +48,17 @@ def render(report: Report, console: Any) -> None:
                           escape(",".join(map(str, g.get("xid_events") or [])) or "-"),
                           escape(",".join(str(p.get("pid")) for p in g.get("processes") or []) or "-"))
         console.print(table)
+
+
+def _blamed_ranks(report: Report) -> set[tuple[str | None, str]]:
+    """(deployment id, "TP5") of each culprit worker, to mark its stack class row."""
+    out: set[tuple[str | None, str]] = set()
+    for dep in report.deployments:
+        d = dep.to_dict()
+        for c in d["verdict"].get("culprits", []):
+            if c.get("role") == "worker" and c.get("rank") is not None:
+                out.add((d["id"], f"TP{c['rank']}"))
+    return out
 
 
 def _cls(label: str) -> str:

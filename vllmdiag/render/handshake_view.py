@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.engine import Report
+from vllmdiag.render.report_data import endpoint_note
 
 STATUS_STYLE = {"ok": "green", "timeout": "bold red", "refused": "red", "no_listener": "red", "closed": "yellow",
                 "rejected": "yellow", "not_zmtp": "dim", "greeted": "yellow", "error": "magenta"}
@@ -30,14 +31,17 @@ def render(report: Report, console: Any) -> None:
     from rich.text import Text
 
     table = Table(title="ZMQ endpoints (listeners; peers = accepted connections; ZMTP greeting)")
-    for col in ("endpoint", "held by", "peers", "type", "zmtp", "ms"):
+    for col in ("endpoint", "held by", "peers", "type", "zmtp", "ms", "meaning"):
         table.add_column(col, overflow="fold")
     for endpoint, holders, accepted, z in sorted(rows, key=lambda r: (min(r[1]), r[0]))[:MAX_ROWS]:
         status = z.get("status") or "-"
+        problem, note = endpoint_note(str(endpoint), z)  # every red cell says why; a silent TCP listener is not red
+        style = STATUS_STYLE.get(str(status), "") if problem or status == "ok" else "dim"
         # Socket-Type is whatever the peer sent in its greeting: text, never markup.
         table.add_row(Text(str(endpoint)), Text(",".join(map(str, holders))), Text(str(accepted)),
                       Text(str(z.get("peer_socket_type") or "?")),
-                      Text(str(status), style=STATUS_STYLE.get(str(status), "")), Text(str(z.get("latency_ms") or "")))
+                      Text(str(status), style=style), Text(str(z.get("latency_ms") or "")),
+                      Text(note, style="" if problem else "dim"))
     if len(rows) > MAX_ROWS:
-        table.add_row(f"... {len(rows) - MAX_ROWS} more", "", "", "", "", "")
+        table.add_row(f"... {len(rows) - MAX_ROWS} more", "", "", "", "", "", "")
     console.print(table)

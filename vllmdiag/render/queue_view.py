@@ -28,7 +28,7 @@ def render(report: Report, console: Any) -> None:
     blamed = _blamed(report)
     table = Table(title="shm rings (unread slots per reader; sampled)", show_lines=False)
     for col in ("ring", "role", "writer", "readers", "state"):
-        table.add_column(col, no_wrap=col in ("ring", "readers"))
+        table.add_column(col, overflow="fold", min_width=4 if col != "readers" else None)
     for node, r in sorted(rows, key=lambda x: (x[0], x[1].role, x[1].name)):
         geo = r.ring.get("geometry") or {}
         role = f"{ROLE_NAMES.get(r.role, r.role)} {int(geo.get('max_chunk_bytes', 0)) >> 20}M x {geo.get('max_chunks')}"

@@ -19,6 +19,9 @@ STATUS_STYLE = {"healthy": "bold green", "blocked": "bold red", "degraded": "bol
 SEVERITY_STYLE = {"critical": "red", "warning": "yellow", "info": "dim"}
 VIEWS = ("process", "handshake", "queue", "gpu", "client", "fleet")
 STATE_STYLE = {"Z": "bold red", "T": "bold red", "t": "bold red", "D": "bold yellow", "R": "green", "S": ""}
+CULPRIT_STYLE = "bold white on red"
+# Set by the CLI's -v/--verbose: every row of every section (the default folds what is fine).
+VERBOSE = False
 
 
 def escape(text: Any) -> str:
@@ -39,7 +42,10 @@ def render_report(report: Report, console: Any = None) -> None:
     console = console or make_console()
     console.print(verdict_panel(report.verdict))
     for dep in report.deployments:
-        console.print(deployment_tree(dep.to_dict()))
+        console.print(deployment_tree(dep.to_dict(), fold=not VERBOSE))
+    if not VERBOSE:
+        _render_compact(report, console)
+        return
     for name in VIEWS:
         try:
             module = importlib.import_module(f"vllmdiag.render.{name}_view")
@@ -51,6 +57,30 @@ def render_report(report: Report, console: Any = None) -> None:
             console.print(f"[dim]({name} view not shown: malformed data: {escape(type(exc).__name__)})[/]")
     if report.findings:
         console.print(findings_table(report))
+
+
+def _render_compact(report: Report, console: Any) -> None:
+    from vllmdiag.render import compact
+
+    try:
+        compact.render(report.to_dict(), console)
+    except Exception as exc:  # odd-typed snapshot data: the section says so, the verdict stays
+        console.print(f"[dim](layer summary not shown: malformed data: {escape(type(exc).__name__)})[/]")
+    if "nodes" in report.extra:
+        from vllmdiag.render import fleet_view
+
+        fleet_view.render(report, console)
+    said = " ".join([report.verdict.summary, *report.verdict.evidence])
+    loud = [f for f in report.findings if f.severity != "info"]
+    quiet = len(report.findings) - len(loud)
+    new = [f for f in loud if f.message.rstrip(".") not in said]
+    if new:
+        console.print(findings_table(report, new))
+    if len(new) < len(loud):
+        codes = ", ".join(sorted({f.code for f in loud if f not in new}))
+        console.print(f"[dim]findings already said in the verdict above: {escape(codes)}[/]")
+    if quiet:
+        console.print(f"[dim]{quiet} informational finding(s); -v shows them and every healthy row[/]")
 
 
 def verdict_panel(v: Verdict) -> Any:
@@ -65,12 +95,19 @@ def verdict_panel(v: Verdict) -> Any:
         body.append(f"  (confidence {v.confidence})", style="dim")
     body.append("\n" + v.summary + "\n")
     for c in v.culprits[:4]:
-        pid = c.pid if c.pid is not None else "-"
-        rank = f" rank {c.rank}" if c.rank is not None else ""
-        body.append(f"\nculprit: {c.node} pid {pid} {c.title or c.role}{rank}: {c.reason}", style="bold")
-    if v.evidence:
+        # The summary already says why; the culprit line says who, exactly (node, pid, rank).
+        pid = f"pid {c.pid}" if c.pid is not None else "no pid"
+        rank = f", rank {c.rank}" if c.rank is not None else ""
+        body.append("\nculprit: ", style="bold")
+        body.append(f" {c.title or c.role} ", style=CULPRIT_STYLE)
+        body.append(f" on {c.node}, {pid}{rank}")
+        if not (_said(c.reason, v.summary) or (c.title and c.title in v.summary)
+                or (c.pid is not None and f"pid {c.pid}" in v.summary)):
+            body.append(f": {c.reason}")
+    evidence = [e for e in v.evidence if not _said(e, v.summary)]
+    if evidence:
         body.append("\n\nevidence:", style="bold")
-        for e in v.evidence[:8]:
+        for e in evidence[:8]:
             body.append(f"\n  - {e}")
     if v.next_steps:
         body.append("\n\nnext (read-only) steps:", style="bold")
@@ -79,31 +116,93 @@ def verdict_panel(v: Verdict) -> Any:
     return Panel(body, title="vllmdiag verdict", border_style=STATUS_STYLE.get(v.status, "white"))
 
 
-def deployment_tree(dep: dict[str, Any]) -> Any:
+def _said(text: str, summary: str) -> bool:
+    """Is `text` (a culprit reason, an evidence line) already in the summary? Then it is not repeated."""
+    core = text.strip().rstrip(".")
+    core = core.split(": ", 1)[1] if core.startswith("straggler: ") else core
+    return bool(core) and core in summary
+
+
+def deployment_tree(dep: dict[str, Any], fold: bool = False) -> Any:
+    """The process tree, culprit marked. `fold`: sibling workers alike in state and not blamed are one
+    line (`VLLM::Worker_TP[0-7]  pids 101-108  S`), so a TP=8 tree stays short."""
     from rich.tree import Tree
 
     status = dep["verdict"]["status"]
     tree = Tree(f"[bold]deployment {escape(dep['id'])}[/] [{STATUS_STYLE.get(status, '')}]{status}[/]")
+    blamed = {c.get("pid") for c in dep["verdict"].get("culprits", []) if c.get("pid") is not None}
     nodes: dict[int, Any] = {}
     pids = {p["pid"] for p in dep["processes"]}
+    folded = _fold_workers(dep["processes"], blamed) if fold else {}
     for p in dep["processes"]:
+        if p["pid"] in folded and folded[p["pid"]] is None:
+            continue  # shown in its group's line
         parent = nodes.get(p["ppid"]) if p["ppid"] in pids else None
-        style = STATE_STYLE.get(p.get("state") or "", "") or "default"
-        label = f"{escape(p['title'] or role_of(p))}  pid {escape(p['pid'])}  [{style}]{escape(p.get('state'))}[/]"
+        if fold and role_of(p) == "resource_tracker":  # its long `python -c ...` line says nothing more
+            p = {**p, "title": "multiprocessing resource_tracker"}
+        label = folded.get(p["pid"]) or _proc_label(p, p["pid"] in blamed)
         if parent is None and p["pid"] != dep["root_pid"]:
             label += f"  [dim](ppid {p['ppid']})[/]"
         nodes[p["pid"]] = (parent or tree).add(label)
     return tree
 
 
-def findings_table(report: Report) -> Any:
+def _proc_label(p: dict[str, Any], culprit: bool) -> str:
+    style = STATE_STYLE.get(p.get("state") or "", "") or "default"
+    title = escape(p["title"] or role_of(p))
+    label = f"[{CULPRIT_STYLE}]{title}[/]" if culprit else title
+    label += f"  pid {escape(p['pid'])}  [{style}]{escape(p.get('state'))}[/]"
+    return label + ("  [bold red]◀ culprit[/]" if culprit else "")
+
+
+def _fold_workers(procs: list[dict[str, Any]], blamed: set[Any]) -> dict[int, str | None]:
+    """pid -> the group's label (first member) or None (folded into it), for runs of 3+ alike workers."""
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for p in procs:
+        ranks = p.get("ranks") or {}
+        if role_of(p) == "worker" and p["pid"] not in blamed and set(ranks) <= {"tp"} and "tp" in ranks:
+            groups.setdefault((p["ppid"], p.get("state")), []).append(p)
+    out: dict[int, str | None] = {}
+    for (_, state), alike in groups.items():
+        for members in _rank_runs(alike):
+            _fold_run(members, state, out)
+    return out
+
+
+def _rank_runs(workers: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Runs of consecutive TP ranks (the culprit splits TP[0-7] into TP[0-4], ..., TP[6-7])."""
+    runs: list[list[dict[str, Any]]] = []
+    for w in sorted(workers, key=lambda m: int(m["ranks"]["tp"])):
+        if runs and int(runs[-1][-1]["ranks"]["tp"]) + 1 == int(w["ranks"]["tp"]):
+            runs[-1].append(w)
+        else:
+            runs.append([w])
+    return runs
+
+
+def _fold_run(members: list[dict[str, Any]], state: Any, out: dict[int, str | None]) -> None:
+    tps = [int(m["ranks"]["tp"]) for m in members]
+    if len(members) >= 3:
+        pid_list = [int(m["pid"]) for m in members]
+        style = STATE_STYLE.get(state or "", "") or "default"
+        label = (f"VLLM::Worker_TP[{tps[0]}-{tps[-1]}]  [{style}]{escape(state)}[/]  pids {_pid_span(pid_list)} "
+                 f"[dim]({len(members)} alike; -v: one line each)[/]")
+        out.update({m["pid"]: None for m in members})
+        out[members[0]["pid"]] = label
+
+
+def _pid_span(pids: list[int]) -> str:
+    return f"{pids[0]}-{pids[-1]}" if pids == list(range(pids[0], pids[-1] + 1)) else ",".join(map(str, pids))
+
+
+def findings_table(report: Report, findings: list[Any] | None = None) -> Any:
     from rich.table import Table
 
     table = Table(title="findings", show_lines=False)
     for col in ("severity", "layer", "code", "node", "message"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     order = {"critical": 0, "warning": 1, "info": 2}
-    for f in sorted(report.findings, key=lambda f: order.get(f.severity, 3)):
+    for f in sorted(report.findings if findings is None else findings, key=lambda f: order.get(f.severity, 3)):
         table.add_row(f"[{SEVERITY_STYLE.get(f.severity, '')}]{escape(f.severity)}[/]", escape(f.layer), escape(f.code),
                       escape(f.node),
                       escape(f.message))
