@@ -21,9 +21,17 @@ from vllmdiag.probe import Skip
 from vllmdiag.probes import stacks as probe
 
 DATA = Path(__file__).parent / "data" / "stacks"
-# A py-spy stand-in that PTRACE_ATTACHes (16) its --pid and hangs without waiting for the attach stop.
-PTRACE_FAKE = ("import ctypes, sys, time\n"
-               "ctypes.CDLL(None).ptrace(16, int(sys.argv[sys.argv.index('--pid') + 1]), 0, 0)\n"
+# A py-spy stand-in that PTRACE_ATTACHes (16) its --pid, takes the attach stop, lets the SIGSTOP through
+# (PTRACE_CONT, 7, with signal 19) so the target sits in a group stop, and hangs: killed, it leaves the
+# target stopped (T), as a py-spy killed between its stop and its detach does.
+PTRACE_FAKE = ("import ctypes, os, sys, time\n"
+               "libc, pid = ctypes.CDLL(None), int(sys.argv[sys.argv.index('--pid') + 1])\n"
+               "libc.ptrace(16, pid, 0, 0)\n"
+               "os.waitpid(pid, 0x40000000)\n"
+               "libc.ptrace(7, pid, 0, 19)\n"
+               "os.waitpid(pid, 0x40000000 | 2)\n"
+               "mark = os.environ.get('FAKE_PYSPY_MARK')\n"
+               "mark and open(f'{mark}.{pid}', 'w').close()  # the stop is in place\n"
                "time.sleep(30)\n")
 needs_py_spy = pytest.mark.skipif(probe.find_py_spy() is None, reason="py-spy not installed")
 
@@ -137,14 +145,16 @@ def test_d_state_target_is_read_in_bounded_time(procs: Procs, tmp_path: Path) ->
 
 def test_sigcont_restores_a_target_our_killed_py_spy_left_stopped(procs: Procs, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in py-spy that ptrace-attaches its target and hangs before it takes the attach stop,
-    as one killed mid-attach does: the kill leaves the target stopped (T), and only this is undone."""
+    """A stand-in py-spy that ptrace-stops its target and hangs, as one killed mid-dump does: the kill
+    leaves the target stopped (T), and this, our own stop, is undone."""
     pid = procs.start("VLLM::Worker_TP0", "idle")
     fake = tmp_path / "py-spy"
     fake.write_text(f"#!{sys.executable} -S\n{PTRACE_FAKE}")
     fake.chmod(0o755)
-    monkeypatch.setattr(probe, "DUMP_TIMEOUT_S", 2.0)  # slow machines: let the stand-in attach
+    monkeypatch.setenv("FAKE_PYSPY_MARK", str(tmp_path / "stopped"))
+    monkeypatch.setattr(probe, "DUMP_TIMEOUT_S", 4.0)  # a loaded machine: let the stand-in reach its stop
     out = probe.dump_one(Context(), str(fake), pid, "blocking")
+    assert (tmp_path / f"stopped.{pid}").exists(), "the stand-in did not reach its stop in time"
     assert out["status"] == "timeout" and out["state_before"] in ("S", "R")
     assert out["sigcont_sent"] is True and state(pid) in ("S", "R")
 

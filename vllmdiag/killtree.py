@@ -12,7 +12,7 @@ import os
 import signal
 import time
 
-from vllmdiag.probes._ptrace import resume_if_stopped, tracer_tid
+from vllmdiag.probes._ptrace import resume_stopped, tracer_tid
 
 WAIT_S = 0.5  # for killed tracers to exit (their ptrace detach happens in exit)
 
@@ -38,8 +38,7 @@ def end_processes(members: dict[int, int]) -> None:
             pass
     if traced:
         _wait_exited(list(members))
-        for target in traced:
-            resume_if_stopped(target)
+        resume_stopped(traced)
 
 
 def _session(sid: int) -> dict[int, int]:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 PROC = Path("/proc")
+SETTLE_S = 1.0  # a loaded node may take this long to schedule a woken task
 
 
 def tracer_tid(pid: int, proc_root: Path = PROC) -> int:
@@ -56,10 +58,28 @@ def state(pid: int, proc_root: Path = PROC) -> str | None:
     return rest[0].decode() if rest else None
 
 
-def resume_if_stopped(pid: int, proc_root: Path = PROC) -> bool:
-    """SIGCONT ``pid`` if it is in a stop (state T). Call only for a target our own tracer stopped."""
-    if state(pid, proc_root) != "T":
-        return False
+def resume_stopped(pids: list[int], proc_root: Path = PROC, wait_s: float = SETTLE_S) -> list[int]:
+    """SIGCONT each of ``pids`` that is stopped (T) once its dead tracer's detach has played out; the
+    ones resumed. Only for targets our own tracer stopped (see the module doc).
+
+    The kernel wakes a traced task at the detach and it re-enters its group stop only when next
+    scheduled, which on a loaded node takes a while (it reads t or R until then): wait for that, for
+    all of them together, at most ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    todo, done = list(pids), []
+    while todo:
+        settled = [p for p in todo if state(p, proc_root) not in ("t", "R") and tracer_tid(p, proc_root) == 0]
+        for pid in settled:
+            todo.remove(pid)
+            if state(pid, proc_root) == "T" and _cont(pid):
+                done.append(pid)
+        if not todo or time.monotonic() >= deadline:
+            return done
+        time.sleep(0.005)
+    return done
+
+
+def _cont(pid: int) -> bool:
     try:
         os.kill(pid, signal.SIGCONT)
         return True

@@ -22,7 +22,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes._procfs import parse_stat, read_text
-from vllmdiag.probes._ptrace import resume_if_stopped, traced_by
+from vllmdiag.probes._ptrace import resume_stopped, traced_by
 from vllmdiag.probes._pyspy_text import parse_tree_dump
 
 SPEC = ProbeSpec(name="stacks", layer="gpu", description="py-spy stacks of every vLLM process (parallel, bounded)",
@@ -110,7 +110,7 @@ def _undo_our_stop(ctx: Context, pid: int, before: str | None) -> bool:
     process stopped before we came (or by someone else) stays stopped (issue 15 item 6)."""
     if before in ("T", "t", None):
         return False
-    return resume_if_stopped(pid, ctx.proc_root)
+    return bool(resume_stopped([pid], ctx.proc_root))
 
 
 def find_py_spy() -> str | None:
@@ -191,11 +191,10 @@ def dump_one(ctx: Context, exe: str, pid: int, mode: str) -> dict[str, Any]:
         argv.append(f"--{mode}")
     ours: list[bool] = []
     res = ctx.run(argv, timeout, on_timeout=lambda spy: ours.append(traced_by(pid, spy.pid, ctx.proc_root)))
-    after = proc_state(ctx, pid)
     out.update(mode=mode, duration_s=round(res.duration_s, 4))
-    if any(ours) and after == "T":
+    if any(ours):
         out["sigcont_sent"] = _undo_our_stop(ctx, pid, before)
-        after = proc_state(ctx, pid)
+    after = proc_state(ctx, pid)
     out["state_after"] = after
     if res.error:
         return {**out, "status": "error", "reason": res.error}
