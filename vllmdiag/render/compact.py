@@ -46,7 +46,7 @@ def handshake(node: rd.NodeData) -> list[str]:
     if silent:
         line += f", {len(silent)} TCP silent [dim](not ZMQ: TCPStore/NCCL bootstrap; fine)[/]"
     if undialled:
-        line += f", {len(undialled)} not dialled [dim](outside the greeting budget)[/]"
+        line += f", {len(undialled)} not dialled [dim](HTTP or torch/NCCL TCP: not ZMQ)[/]"
     if bad:
         line += f", [bold red]{len(bad)} do not answer[/]"
     out = [line]
@@ -66,8 +66,8 @@ def queue(node: rd.NodeData) -> list[str]:
     for r in rings:
         if r in quiet:
             continue
-        state = r.state.replace(" samples / ", " samples/")
-        out.append(f"  {escape(r.role)} {escape(r.writer)} → " + _bar(r) + f" [dim]{escape(r.name)}, {escape(state)}[/]")
+        state = r.state.replace(" samples / ", " samples, ").replace("still ", "still (").replace("moving ", "moving (")
+        out.append(f"  {escape(r.role)} {escape(r.writer)} → " + _bar(r) + f" [dim]{escape(state)})[/]")
     return out
 
 

@@ -61,6 +61,8 @@ def render(report: Report, console: Any) -> None:
     console.print(legend)
     classes = report.extra.get("fleet", {}).get("classes", [])
     for c in classes:
+        if c["summary"] in report.verdict.summary:
+            continue  # the verdict said it already
         if c["status"] not in ("healthy", "unreachable", "timeout", "error"):
             line = Text(f"{c['nodes']} ", style="bold") + Text(c["status"], style=NODE_STYLE.get(c["status"], ""))
             console.print(line + Text(f": {c['summary']}"))
@@ -68,7 +70,7 @@ def render(report: Report, console: Any) -> None:
 
 def render_fleet(report: Report, console: Any = None) -> None:
     from vllmdiag.render.safe import sanitize_report
-    from vllmdiag.render.text import findings_table, make_console, verdict_panel
+    from vllmdiag.render.text import findings_table, make_console, print_findings, verdict_panel
 
     report = sanitize_report(report)  # node names and remote reasons are untrusted (issue 15, item 8)
     console = console or make_console()
@@ -77,10 +79,18 @@ def render_fleet(report: Report, console: Any = None) -> None:
     failed = [n for n in report.extra.get("nodes", []) if n["status"] != "ok"]
     for n in failed[:MAX_ROWS]:
         console.print(f"[bold magenta]{_esc(n['name'])}[/] {_esc(n['status'])}: {_esc(n.get('reason') or '')}")
-    if any(f.severity != "info" for f in report.findings):
+    if _verbose() and any(f.severity != "info" for f in report.findings):
         shown = Report(verdict=report.verdict, deployments=[], snapshots=[],
                        findings=[f for f in report.findings if f.severity != "info"][:60])
         console.print(findings_table(shown))
+    elif not _verbose():
+        print_findings(report, console)
+
+
+def _verbose() -> bool:
+    from vllmdiag.render import text
+
+    return bool(text.VERBOSE)
 
 
 def _esc(text: object) -> str:

@@ -241,7 +241,8 @@ def endpoint_note(endpoint: str, z: dict[str, Any]) -> tuple[bool, str]:
     notes = {"timeout": "accepted but sent no ZMTP greeting in time: the owner's ZMQ I/O thread does not serve it",
              "refused": "connection refused: nothing listens although the socket is listed",
              "no_listener": "no process listens on this path any more", "closed": "closed during the greeting",
-             "not_zmtp": "answered, but not with ZMTP", "-": "not dialled (the greeting check did not reach it)"}
+             "not_zmtp": "answered, but not with ZMTP",
+             "-": "not dialled, on purpose: the HTTP port, or a TCPStore/gloo/NCCL listener (not ZMQ)"}
     return status in ("timeout", "refused", "no_listener", "closed"), notes.get(status, str(z.get("reason") or status))
 
 

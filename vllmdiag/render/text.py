@@ -70,6 +70,11 @@ def _render_compact(report: Report, console: Any) -> None:
         from vllmdiag.render import fleet_view
 
         fleet_view.render(report, console)
+    print_findings(report, console)
+
+
+def print_findings(report: Report, console: Any) -> None:
+    """Warnings and criticals the verdict did not already say; the rest counted (-v shows all)."""
     said = " ".join([report.verdict.summary, *report.verdict.evidence])
     loud = [f for f in report.findings if f.severity != "info"]
     quiet = len(report.findings) - len(loud)
