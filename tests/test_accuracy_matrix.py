@@ -48,7 +48,7 @@ EXPECT: dict[str, tuple[str, str | None, str | None]] = {
 # Faults whose TP sizes differ from TPS (TP=1 runs the model in the EngineCore: no group, no workers).
 FAULT_TPS: dict[str, tuple[int, ...]] = {"uniform-collective": (2, 4, 8), "uniform-sync": (1, 2, 4, 8),
                                          "long-step": (1, 2, 4, 8), "healthy-slow": (1, 2, 4, 8), "compiling": (2, 4, 8)}
-CONFIRM_S = 4.0  # the confirm window of every case: a stall must hold 3 s to be a block
+CONFIRM_S = 5.0  # the confirm window of every case (from triage start): a stall must hold 3 s to be a block
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full", "straggler",
           "collective-mismatch", "compiling"}
 CASES = [(fault, tp) for fault in EXPECT for tp in FAULT_TPS.get(fault, TPS)]

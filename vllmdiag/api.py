@@ -68,6 +68,7 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     from vllmdiag import confirm
     from vllmdiag.analysis.engine import analyze
 
+    started = time.monotonic()  # the confirm window counts from here: the quick pass is part of it
     opts = dict(options or {})
     if pids:
         opts["pids"] = list(pids)
@@ -83,7 +84,7 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
             return any(is_stalled(p) for p in deployment_progress(all_passes(s))
                        if p.deployment_id in roots.values())
 
-        confirm.watch(snap, sorted(roots), confirm_s, still, collect, opts, quick_ctx, on_confirm)
+        confirm.watch(snap, sorted(roots), confirm_s, still, collect, opts, quick_ctx, on_confirm, started)
         report = analyze([snap], wanted)
     return TriageResult(report)
 

@@ -21,6 +21,7 @@ SETTLE_S = 0.3  # a decode step takes 10-100 ms: a picture still there 0.3 s lat
 PASS_PROBES = ["processes", "shm", "rings", "sockets", "http", "stacks"]
 PASS_GAP_S = 0.5  # between follow-up starts: ~20 passes in a 10 s window
 PASS_BUDGET_S = 3.0
+MIN_PASS_S = 0.5  # a shorter pass sees too little (rings sample every 0.1 s, HTTP twice 0.2 s apart)
 KEEP_PROBES = ("processes", "rings", "http", "stacks", "nvml")  # what progress reads; the rest is dropped
 KEEP_PROC_KEYS = ("pid", "ppid", "pgid", "role", "name", "ranks", "state", "titled", "title", "comm", "cpu_user_s",
                   "cpu_system_s")
@@ -54,17 +55,20 @@ def resample(snap: Snapshot, pids: list[int], collect: Collect, options: dict[st
 
 
 def watch(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Callable[[Snapshot], bool],
-          collect: Collect, options: dict[str, Any], ctx: Context | None, tick: Tick | None = None) -> None:
-    """Follow-up passes of the deployments rooted at ``roots`` until something moves or the window ends."""
-    start = time.monotonic()
+          collect: Collect, options: dict[str, Any], ctx: Context | None, tick: Tick | None = None,
+          started: float | None = None) -> None:
+    """Follow-up passes of the deployments rooted at ``roots`` until something moves or the window ends.
+    The window counts from ``started`` (triage's start: the quick pass already watched), so a stalled
+    node's verdict comes about ``confirm_s`` after triage began; no pass starts that cannot end in it."""
+    start = time.monotonic() if started is None else started
     end, stopped = start + confirm_s, "window"
     while True:
         left = end - time.monotonic()
-        if left <= 0.05:
-            break
+        if left <= MIN_PASS_S and snap.passes:
+            break  # (one pass at least: a loaded box can spend the whole window on the quick pass)
         t0 = time.monotonic()
         nxt = collect(probes=PASS_PROBES, options={**options, "pids": roots, "confirm_pass": True},
-                      budget_s=min(PASS_BUDGET_S, max(1.5, left + 0.5)), ctx=fresh_context(ctx))
+                      budget_s=min(PASS_BUDGET_S, max(MIN_PASS_S, left)), ctx=fresh_context(ctx))
         snap.passes.append(slim(nxt))
         if tick is not None:
             tick(min(confirm_s, time.monotonic() - start), confirm_s)
