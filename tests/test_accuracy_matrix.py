@@ -44,13 +44,15 @@ EXPECT: dict[str, tuple[str, str | None, str | None]] = {
     "long-step": ("healthy", None, None),
     "healthy-slow": ("healthy", None, None),
     "compiling": ("degraded", "gpu", None),  # suspected, never a straggler, never healthy
+    "init-odd-rank": ("blocked", "gpu", "worker"),  # startup: one rank never leaves ncclCommInitRank
 }
 # Faults whose TP sizes differ from TPS (TP=1 runs the model in the EngineCore: no group, no workers).
 FAULT_TPS: dict[str, tuple[int, ...]] = {"uniform-collective": (2, 4, 8), "uniform-sync": (1, 2, 4, 8),
-                                         "long-step": (1, 2, 4, 8), "healthy-slow": (1, 2, 4, 8), "compiling": (2, 4, 8)}
+                                         "long-step": (1, 2, 4, 8), "healthy-slow": (1, 2, 4, 8), "compiling": (2, 4, 8),
+                                         "init-odd-rank": (2, 4, 8)}
 CONFIRM_S = 5.0  # the confirm window of every case (from triage start): a stall must hold 3 s to be a block
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full", "straggler",
-          "collective-mismatch", "compiling"}
+          "collective-mismatch", "compiling", "init-odd-rank"}
 CASES = [(fault, tp) for fault in EXPECT for tp in FAULT_TPS.get(fault, TPS)]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy needs root to read the simulator's stacks")
 
@@ -67,6 +69,9 @@ def _blames(c: Culprit, who: str | None, dep: Any, fault: str, rank: int | None)
     if who == "worker":
         if fault == "response-ring-full":
             return False
+        if fault == "init-odd-rank":  # still titled plain VLLM::Worker: the sim knows it by its missing rank
+            untitled = [p["pid"] for p in dep.processes if p["role"] == "worker" and p.get("rank") is None]
+            return c.role == "worker" and c.rank == rank and c.pid in untitled
         try:
             return c.role == "worker" and c.rank == rank and c.pid in (None, dep.worker_pid(rank))
         except sim.SimError:

@@ -143,6 +143,10 @@ class Deployment:
                   shm_size or ("4g" if namespace else None), fault="healthy", rank=rank)
         dep.save()
         try:
+            if fault == "init-odd-rank":
+                dep._launch(model, port, {runtime.ENV_INIT_HANG: str(tp - 1 if rank is None else rank)})
+                dep._wait_init_hang(tp - 1 if rank is None else rank)
+                return dep
             dep._launch(model, port)
             dep._wait_ready()
             if fault == "shm-small":  # already in place: the node's tmpfs is small
@@ -155,7 +159,24 @@ class Deployment:
             raise
         return dep
 
-    def _launch(self, model: str, port: int) -> None:
+    def _wait_init_hang(self, rank: int) -> None:
+        """Started with one rank stuck in NCCL init: settled once it acked and its peers retitled."""
+        self.fault, self.rank = "init-odd-rank", rank
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        others = self.tp - 1
+        while time.monotonic() < deadline:
+            self.refresh()
+            titled = [p for p in self.processes if p["role"] == "worker" and p.get("rank") is not None]
+            if (self.path / "acks" / f"init-odd-rank-{rank}").exists() and len(titled) >= others:
+                time.sleep(faults.SETTLE_S)
+                self.refresh()
+                return
+            if self._popen.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise SimError(f"simulated deployment {self.id} did not reach the init hang:\n{self.log_tail()}")
+
+    def _launch(self, model: str, port: int, extra_env: dict[str, str] | None = None) -> None:
         argv = [sys.executable, str(BIN_VLLM), "serve", model, "--tensor-parallel-size", str(self.tp)]
         if self.dp > 1:
             argv += ["--data-parallel-size", str(self.dp)]
@@ -167,7 +188,7 @@ class Deployment:
             argv += ["--headless"] if self.node_rank > 0 else []
         if self.namespace:
             argv = namespace_argv(str(self.shm_size)) + argv
-        env = {**os.environ, runtime.ENV_DIR: self.dir,
+        env = {**os.environ, **(extra_env or {}), runtime.ENV_DIR: self.dir,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
         with open(self.path / "log.txt", "ab") as log:
             self._popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

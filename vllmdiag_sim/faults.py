@@ -44,7 +44,9 @@ FAULTS: dict[str, str] = {
     "long-step": "every step takes 2 s (a big prefill): slow but moving, must not be called a hang",
     "healthy-slow": "streaming load with 0.4 s steps: tokens come slowly but steadily",
     "compiling": "one rank in a cold torch.compile (inductor) while its peers wait in all_reduce",
+    "init-odd-rank": "at startup one rank never finishes ncclCommInitRank; its peers go on (start only)",
 }
+START_FAULTS = {"shm-small", "init-odd-rank"}  # in place from launch; `inject` cannot add them later
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
 # catalog). who is the culprit's kind: "worker" (the faulted rank), "engine_core", "api_server",
 # "client", "segments", "group" (the whole TP group: every rank waits alike) or None.
@@ -74,7 +76,7 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
 NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled", "long-step", "healthy-slow"}
-NEEDS_GROUP = {"uniform-collective"}  # a collective needs peers: TP=1 skips it entirely
+NEEDS_GROUP = {"uniform-collective", "init-odd-rank"}  # a collective needs peers: TP=1 skips it entirely
 SETTLE_S = 0.3  # after the culprit acks, give its peers time to reach their own waits
 TIMEOUT_S = 20.0
 
@@ -97,7 +99,7 @@ def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int |
 
 
 def inject(dep: Deployment, fault: str, rank: int | None) -> None:
-    if fault not in FAULTS or fault == "shm-small":
+    if fault not in FAULTS or fault in START_FAULTS:
         raise FaultError(f"{fault!r} cannot be injected into a running deployment")
     local = range(dep.node_rank * dep.tp // dep.nnodes, (dep.node_rank + 1) * dep.tp // dep.nnodes)
     rank = local[-1] if rank is None else rank

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_DIR = "VLLMDIAG_SIM_DIR"
+ENV_INIT_HANG = "VLLMDIAG_SIM_INIT_HANG_RANK"  # start fault init-odd-rank: this rank hangs in NCCL init
 # Readers spin this long after a message before blocking in poll. vLLM spins 1 s; the sim
 # spins briefly because tests run many deployments on 2 cores.
 BUSY_LOOP_S = 0.002

@@ -21,7 +21,9 @@ from vllmdiag.analysis.stacks import StackClass
 from vllmdiag.model import Culprit, Finding, Snapshot
 
 LAYER = "gpu"
-CODES = ("gpu.uniform_hang", "gpu.engine_step_stuck", "gpu.call_site_mismatch", "gpu.stall_suspected", "gpu.progress")
+CODES = ("gpu.uniform_hang", "gpu.engine_step_stuck", "gpu.call_site_mismatch", "gpu.init_rank_stuck",
+         "gpu.stall_suspected", "gpu.progress")
+INIT_STUCK = ("nccl_init", "init_device")
 HELD_S = 3.0  # decode steps take 10-100 ms and chunked prefill bounds a step to about a second
 SEEN_ONCE_S = 0.05  # below this nothing was looked at twice: progress unknown, not "nothing moved"
 RANK_STEP = ("collective", "sync_point", "executing")
@@ -53,6 +55,9 @@ def _latest(passes: list[Snapshot], dep: Deployment) -> Seen:
 
 
 def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dict[int, dict[str, Any]]) -> list[Finding]:
+    odd_init = _init_odd(snap, dep, seen)
+    if odd_init and p.window_s >= HELD_S:  # an odd one out is no legitimate long phase
+        return [_with_progress(f, p) for f in odd_init]
     long = sorted({sc.label for sc, _ in seen.values() if sc.name in LONG_PHASES})
     held = p.window_s >= HELD_S and not long
     shapes = _group_shapes(snap, dep, seen, gpus) if dep.workers else _engine_shape(snap, dep, seen, gpus)
@@ -63,11 +68,12 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
            if p.window_s < HELD_S else "no stack picture explains it (the ranks are not all at one point)")
     msg = (f"Work in flight ({'; '.join(p.in_flight)}) but nothing moved in {p.window_s:.1f} s: suspected stall, "
            f"{why}.")
-    blame = [c for f in shapes for c in f.culprits[:1]]
+    blame = [c for f in odd_init + shapes for c in f.culprits[:1]]
     return [_with_progress(finding("gpu.stall_suspected", LAYER, "warning", snap, dep, msg,
                                    [c.pid for c in blame if c.pid], {"needs_confirm": p.window_s < HELD_S,
                                                                       "long_phases": long,
-                                                                      "shape": [f.code for f in shapes]}, blame), p)]
+                                                                      "shape": [f.code for f in odd_init + shapes]},
+                                   blame), p)]
 
 
 def _with_progress(f: Finding, p: Progress) -> Finding:
@@ -129,6 +135,32 @@ def _site_mismatch(snap: Snapshot, dep: Deployment, members: dict[int, dict[str,
                                                  for s in sites}, "majority_site": None if tie else major},
                    [culprit(snap, members[r], f"{sc.label} at {got[r][1]}" + ("" if tie else f", peers at {major}"))
                     for r in odd])
+
+
+def _init_odd(snap: Snapshot, dep: Deployment, seen: Seen) -> list[Finding]:
+    """Startup: one worker still titled plain ``VLLM::Worker`` (inside init_device, vllm-internals 2.1)
+    sits in NCCL communicator creation while its peers finished init and went on (vLLM #58290)."""
+    live = [w for w in dep.workers if w.get("state") not in ("Z", "X")]
+    untitled = [w for w in live if "tp" not in (w.get("ranks") or {})]
+    titled = [w for w in live if "tp" in (w.get("ranks") or {})]
+    if len(untitled) != 1 or not titled or untitled[0]["pid"] not in seen:
+        return []
+    odd, (sc, site) = untitled[0], seen[untitled[0]["pid"]]
+    if sc.name not in INIT_STUCK or any(w["pid"] in seen and seen[w["pid"]][0].name in INIT_STUCK for w in titled):
+        return []
+    size = max(dep.configured.get("tp") or 0, len(live))
+    missing = sorted(set(range(size)) - {int(w["ranks"]["tp"]) for w in titled})
+    rank = missing[0] if len(missing) == 1 else None
+    peers = fold([rank_name(w) for w in titled])
+    where = site or sc.where
+    reason = f"still in {sc.label} at {where} while {peers} finished init"
+    blame = Culprit(snap.node, odd["pid"], "worker", rank, f"VLLM::Worker (TP{rank if rank is not None else '?'})",
+                    reason)
+    msg = (f"At startup a worker (pid {odd['pid']}, rank {('TP' + str(rank)) if rank is not None else 'unknown'}) stays "
+           f"in {sc.label} at {where} while {peers} finished init_device and went on: the odd rank out of NCCL init.")
+    return [finding("gpu.init_rank_stuck", LAYER, "critical", snap, dep, msg, [odd["pid"]],
+                    {"class": sc.label, "where": sc.where, "call_site": site, "key_frames": sc.key_frames,
+                     "inferred_rank": rank, "peers": peers}, [blame])]
 
 
 def _engine_shape(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, dict[str, Any]]) -> list[Finding]:

@@ -89,19 +89,22 @@ def _missing_ranks(snap: Snapshot, dep: Deployment) -> list[Finding]:
     out = []
     groups: dict[tuple[int, int, int], dict[int, dict[str, Any]]] = {}
     dead: list[dict[str, Any]] = []
+    starting = 0  # live workers still titled plain "VLLM::Worker": inside init_device (vllm-internals 2.1)
     for w in dep.workers:
         ranks = w.get("ranks") or {}
         if w.get("state") in ("Z", "X") or "tp" not in ranks:
             if w.get("state") in ("Z", "X"):
                 dead.append(w)
+            else:
+                starting += 1
             continue
         groups.setdefault((ranks.get("dp", 0), ranks.get("pp", 0), ranks.get("pcp", 0)), {})[int(ranks["tp"])] = w
     tp = dep.configured.get("tp")
     for key, present in sorted(groups.items()):
         size = max(tp or 0, max(present) + 1)
         missing = [r for r in _local_ranks(dep, size, present) if r not in present]
-        if not missing:
-            continue
+        if len(missing) <= starting:
+            continue  # the gaps are workers still starting under their plain title, not missing ones
         culprits = []
         for i, r in enumerate(missing):
             zombie = dead[i] if i < len(dead) else None

@@ -10,6 +10,10 @@ from vllmdiag_sim.vllm.distributed.device_communicators.pynccl_wrapper import NC
 class PyNcclCommunicator:
     def __init__(self, nccl: NCCLLibrary) -> None:
         self.nccl = nccl
+        self._init_comm()
+
+    def _init_comm(self) -> None:
+        self.nccl.ncclCommInitRank()
 
     def all_reduce(self, in_tensor: float) -> Any:
         return self.nccl.ncclAllReduce(in_tensor)

@@ -6,6 +6,7 @@ The blocking receive is inline in each function so a rank waiting for its peers 
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Any
@@ -22,6 +23,14 @@ def wedge(ack: str) -> None:
 class NCCLLibrary:
     def __init__(self, sock: socket.socket, rank: int) -> None:
         self.sock, self.rank, self.seq = sock, rank, 0
+
+    def ncclCommInitRank(self) -> None:  # noqa: N802 (vLLM's name)
+        # init-odd-rank: this rank never finishes creating its communicator (vLLM #58290) while its
+        # peers go on to the next init step. The launcher names the rank in the environment.
+        if os.environ.get(runtime.ENV_INIT_HANG) == str(self.rank):
+            runtime.ack(f"init-odd-rank-{self.rank}")
+            while True:
+                time.sleep(0.05)
 
     def ncclAllReduce(self, sendbuff: float) -> Any:  # noqa: N802 (vLLM's name)
         if _WEDGE:
