@@ -19,6 +19,51 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("VLLMDIAG_TESTING", "1")
 
 
+# ---- CPU hog (issue 15, item 15): the suite must hold with a busy core beside it ------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-hog", type=int, default=int(os.environ.get("VLLMDIAG_CPU_HOG") or 0), metavar="N",
+                     help="run N bounded busy-loop processes beside the whole session (bench/cpu_hog.py)")
+
+
+def _hog_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vllmdiag_bench_cpu_hog", ROOT / "bench" / "cpu_hog.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cpu_hog(request: pytest.FixtureRequest) -> Any:
+    n = int(request.config.getoption("--cpu-hog") or 0)
+    if n <= 0:
+        yield None
+        return
+    hog = _hog_module()
+    hogs = hog.start(n, seconds=hog.MAX_SECONDS)
+    _HOG_RUN.append(n)
+    try:
+        yield hogs
+    finally:
+        hog.stop(hogs)
+
+
+@pytest.fixture
+def cpu_hog() -> Any:
+    """One busy-looping process for the duration of this test (bounded to 5 minutes), then killed."""
+    hog = _hog_module()
+    hogs = hog.start(1, seconds=300)
+    try:
+        yield hogs
+    finally:
+        hog.stop(hogs)
+
+
+_HOG_RUN: list[int] = []
+
+
 @pytest.fixture
 def shared_data() -> Path:
     path = SHARED / "data" / "vllm-0.33.0"
@@ -55,6 +100,8 @@ def reliability() -> ReliabilityCounter:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     _print_matrix(terminalreporter)
+    if _HOG_RUN:
+        terminalreporter.write_line(f"cpu hog: {_HOG_RUN[0]} busy-loop process(es) ran beside this session")
     if _LEFTOVERS:
         terminalreporter.write_line("cleanup: tests left behind (now removed): " + ", ".join(_LEFTOVERS[:20]))
     c = _COUNTER

@@ -52,6 +52,8 @@ def write_output(path: Path | str, text: str, option: str = "output") -> None:
         raise OutputError(f"{option} {name}: {exc}") from None
     except OSError as exc:
         raise OutputError(f"{option} {name}: cannot write: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeError) as exc:  # an embedded NUL, an unencodable name: bad input, not a crash
+        raise OutputError(f"{option} {name!r}: not a usable file name ({exc})") from None
 
 
 def _own_fd(name: str) -> int | None:

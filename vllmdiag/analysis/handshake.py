@@ -166,9 +166,13 @@ def _unreachable(v: _View) -> list[Finding]:
             continue  # the process layer already names a stopped or dead process
         silent_tcp = endpoint.startswith("tcp://") and z.get("stage") == "signature"  # maybe not ZMQ at all
         if z.get("status") in ("timeout", "no_listener", "refused", "closed") and not silent_tcp:
-            out.append(finding("handshake.endpoint_unreachable", LAYER, "warning", v.snap, v.dep,
+            # A timeout (even after the longer second look) can be a loaded host: never a problem by
+            # itself (issue 15, item 15). Refused, closed or no socket file are answers.
+            severity = "info" if z["status"] == "timeout" else "warning"
+            tries = f" (looked {z.get('attempts', 1)}x, last wait {z.get('wait_s', '?')} s)" if z["status"] == "timeout" else ""
+            out.append(finding("handshake.endpoint_unreachable", LAYER, severity, v.snap, v.dep,
                                f"{endpoint} of {display_title(holder)} (pid {holder['pid']}) is listed as listening but "
-                               f"the ZMTP greeting got: {z['status']} ({z.get('reason')}).",
+                               f"the ZMTP greeting got: {z['status']} ({z.get('reason')}){tries}.",
                                [holder["pid"]], {"endpoint": endpoint, "zmtp": z},
                                [culprit(v.snap, holder, f"its endpoint {endpoint} does not answer ({z['status']})")]))
     return out

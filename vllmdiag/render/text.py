@@ -40,23 +40,51 @@ def make_console(file: Any = None) -> Any:
 def render_report(report: Report, console: Any = None) -> None:
     report = sanitize_report(report)
     console = console or make_console()
-    console.print(verdict_panel(report.verdict))
-    for dep in report.deployments:
-        console.print(deployment_tree(dep.to_dict(), fold=not VERBOSE))
+    # Every section is guarded: odd-typed data from an untrusted snapshot costs that section one
+    # line, never the verdict and never an "internal error" exit (issue 15, item 13).
+    if not _section(console, "verdict", lambda: console.print(verdict_panel(report.verdict))):
+        console.print(plain_verdict(report.verdict))
+    for dep in _seq(report.deployments):
+        _section(console, "deployment", lambda dep=dep: console.print(deployment_tree(dep.to_dict(), fold=not VERBOSE)))
     if not VERBOSE:
-        _render_compact(report, console)
+        _section(console, "summary", lambda: _render_compact(report, console))
         return
     for name in VIEWS:
         try:
             module = importlib.import_module(f"vllmdiag.render.{name}_view")
         except ModuleNotFoundError:
             continue
-        try:
-            module.render(report, console)
-        except Exception as exc:  # odd-typed snapshot data: one section says so, the verdict stays
-            console.print(f"[dim]({name} view not shown: malformed data: {escape(type(exc).__name__)})[/]")
+        _section(console, f"{name} view", lambda m=module: m.render(report, console))
     if report.findings:
-        console.print(findings_table(report))
+        _section(console, "findings", lambda: console.print(findings_table(report)))
+
+
+def _section(console: Any, name: str, show: Any) -> bool:
+    try:
+        show()
+        return True
+    except Exception as exc:
+        console.print(f"[dim]({escape(name)} not shown: malformed data: {escape(type(exc).__name__)})[/]")
+        return False
+
+
+def _seq(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
+
+
+def plain_verdict(v: Verdict) -> Any:
+    """The verdict as plain text pieces (no markup, no assumption on types): the fallback panel."""
+    from rich.panel import Panel
+    from rich.text import Text
+
+    body = Text(f"{str(v.status).upper()}  layer: {v.layer}\n{v.summary}\n", style="bold")
+    for c in _seq(v.culprits)[:4]:
+        body.append(f"\nculprit: {' '.join(str(getattr(c, k, '')) for k in ('title', 'node', 'pid', 'rank', 'reason'))}")
+    for e in _seq(v.evidence)[:8]:
+        body.append(f"\n  - {e}")
+    for step in _seq(v.next_steps):
+        body.append(f"\n  $ {step}", style="cyan")
+    return Panel(body, title="vllmdiag verdict")
 
 
 def _render_compact(report: Report, console: Any) -> None:
@@ -131,10 +159,13 @@ def _said(text: str, summary: str) -> bool:
 def deployment_tree(dep: dict[str, Any], fold: bool = False) -> Any:
     """The process tree, culprit marked. `fold`: sibling workers alike in state and not blamed are one
     line (`VLLM::Worker_TP[0-7]  pids 101-108  S`), so a TP=8 tree stays short."""
+    from rich.text import Text
     from rich.tree import Tree
 
-    status = dep["verdict"]["status"]
-    tree = Tree(f"[bold]deployment {escape(dep['id'])}[/] [{STATUS_STYLE.get(status, '')}]{status}[/]")
+    status = str(dep["verdict"]["status"])
+    # Text, not markup: an unknown status once produced a stray "[/]" (MarkupError, issue 15 item 13).
+    tree = Tree(Text("deployment ", style="bold") + Text(str(dep["id"]), style="bold") + Text(" ")
+                + Text(status, style=STATUS_STYLE.get(status, "")))
     blamed = {c.get("pid") for c in dep["verdict"].get("culprits", []) if c.get("pid") is not None}
     nodes: dict[int, Any] = {}
     pids = {p["pid"] for p in dep["processes"]}
@@ -153,7 +184,7 @@ def deployment_tree(dep: dict[str, Any], fold: bool = False) -> Any:
 
 
 def _proc_label(p: dict[str, Any], culprit: bool) -> str:
-    style = STATE_STYLE.get(p.get("state") or "", "") or "default"
+    style = STATE_STYLE.get(str(p.get("state") or ""), "") or "default"
     title = escape(p["title"] or role_of(p))
     label = f"[{CULPRIT_STYLE}]{title}[/]" if culprit else title
     label += f"  pid {escape(p['pid'])}  [{style}]{escape(p.get('state'))}[/]"
@@ -202,13 +233,15 @@ def _pid_span(pids: list[int]) -> str:
 
 def findings_table(report: Report, findings: list[Any] | None = None) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="findings", show_lines=False)
     for col in ("severity", "layer", "code", "node", "message"):
         table.add_column(col, overflow="fold")
     order = {"critical": 0, "warning": 1, "info": 2}
-    for f in sorted(report.findings if findings is None else findings, key=lambda f: order.get(f.severity, 3)):
-        table.add_row(f"[{SEVERITY_STYLE.get(f.severity, '')}]{escape(f.severity)}[/]", escape(f.layer), escape(f.code),
+    for f in sorted(report.findings if findings is None else findings, key=lambda f: order.get(str(f.severity), 3)):
+        sev = str(f.severity)
+        table.add_row(Text(sev, style=SEVERITY_STYLE.get(sev, "")), escape(f.layer), escape(f.code),
                       escape(f.node),
                       escape(f.message))
     return table
