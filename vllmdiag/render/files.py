@@ -8,12 +8,14 @@ the caller's job, through `vllmdiag.outfile`.
 
 from __future__ import annotations
 
+import html
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vllmdiag.cli_errors import UsageError
-from vllmdiag.render.safe import sanitize_report
+from vllmdiag.render.safe import md_escape, sanitize_report
 
 
 def report_text(report: Any, path: Path) -> str:
@@ -29,10 +31,42 @@ def report_text(report: Any, path: Path) -> str:
 def to_markdown(report: Any, argv: list[str] | None = None) -> str:
     from vllmdiag.render.md_report import to_markdown as markdown
 
-    return markdown(sanitize_report(report.to_dict()), sanitize_report(argv))
+    d = sanitize_report(report.to_dict())
+    try:
+        return markdown(d, sanitize_report(argv))
+    except Exception as exc:  # odd-typed snapshot data (issue 15, item 13): the verdict still renders
+        return _minimal(d, exc, md_escape, "md")
 
 
 def to_html(report: Any, argv: list[str] | None = None) -> str:
     from vllmdiag.render.html_report import to_html as page
 
-    return page(sanitize_report(report.to_dict()), sanitize_report(argv))
+    d = sanitize_report(report.to_dict())
+    try:
+        return page(d, sanitize_report(argv))
+    except Exception as exc:  # odd-typed snapshot data (issue 15, item 13): the verdict still renders
+        return _minimal(d, exc, lambda v: html.escape(str(v)), "html")
+
+
+def _minimal(d: dict[str, Any], exc: Exception, esc: Callable[[Any], str], fmt: str) -> str:
+    """Verdict, culprits, evidence, next steps and findings, every value escaped, no assumption on
+    types: what a report file must still say when the detailed sections cannot read the data."""
+    raw = d.get("verdict")
+    v: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    lines = [f"vllmdiag: {esc(v.get('status'))}" + (f" at the {esc(v.get('layer'))} layer" if v.get("layer") else ""),
+             esc(v.get("summary"))]
+    lines += [f"culprit: {esc(' '.join(str(c.get(k)) for k in ('node', 'pid', 'role', 'rank', 'title', 'reason')))}"
+              for c in _seq(v.get("culprits")) if isinstance(c, dict)]
+    lines += [f"evidence: {esc(e)}" for e in _seq(v.get("evidence"))]
+    lines += [f"next step: {esc(s)}" for s in _seq(v.get("next_steps"))]
+    lines += [f"finding: {esc(' '.join(str(f.get(k)) for k in ('severity', 'layer', 'code', 'node', 'message')))}"
+              for f in _seq(d.get("findings")) if isinstance(f, dict)]
+    lines.append(esc(f"(detailed sections not shown: the report data is malformed: {type(exc).__name__})"))
+    if fmt == "md":
+        return "# " + "\n\n".join(lines) + "\n"
+    body = "".join(f"<p>{line}</p>" for line in lines)
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>vllmdiag report</title></head><body>{body}</body></html>\n"
+
+
+def _seq(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
