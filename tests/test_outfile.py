@@ -119,13 +119,16 @@ def test_fifo_with_a_slow_reader_gets_everything(tmp_path: Path) -> None:
     fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
 
     def read() -> None:
-        os.set_blocking(fd, True)
-        while True:
+        # Until the writer has opened the FIFO a read says EOF: keep reading, slowly, until all came.
+        deadline = time.monotonic() + 20
+        while sum(map(len, got)) < 500_000 and time.monotonic() < deadline:
             time.sleep(0.01)
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            got.append(chunk)
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if chunk:
+                got.append(chunk)
 
     reader = threading.Thread(target=read)
     reader.start()
