@@ -49,8 +49,12 @@ def in_process(passes: int, select: dict[str, str]) -> dict[str, float]:
     for _ in range(passes):
         w.step()
     n = max(1, passes)
+    procs = w.prev[0].data("processes") if w.prev else {}
+    # The pass reads every vLLM process of the machine (not only the selected deployment's) and
+    # every pid's stat/cmdline: on a shared test machine both are larger than on a real TP=8 node.
     return {"cpu_per_pass_s": (_cpu() - cpu0) / n, "wall_per_pass_s": (time.monotonic() - wall0) / n,
-            "deployments": len(w.tracker.deps)}
+            "deployments": len(w.tracker.deps), "vllm_processes": len(procs.get("processes", [])),
+            "pids": procs.get("pid_count", 0)}
 
 
 def _scrape(url: str, name: str) -> float:
@@ -145,7 +149,8 @@ def main() -> None:
             print(f"{fault:13s} TP={args.tp}: {inp['cpu_per_pass_s'] * 1000:.1f} ms CPU per pass "
                   f"({inp['wall_per_pass_s'] * 1000:.0f} ms wall) = {100 * inp['cpu_per_pass_s'] / args.interval:.2f}% "
                   f"of one core at {args.interval:g} s; real watcher over {args.duration:g} s: "
-                  f"{100 * e2e['cpu_fraction_of_one_core']:.2f}% ({e2e['passes']:.0f} passes)")
+                  f"{100 * e2e['cpu_fraction_of_one_core']:.2f}% ({e2e['passes']:.0f} passes); the machine had "
+                  f"{inp['vllm_processes']} vLLM processes and {inp['pids']} pids")
             if fault == "healthy-load":
                 lat = latency(args, dep, select)
                 rows["latency"] = lat

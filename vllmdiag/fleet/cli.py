@@ -40,6 +40,8 @@ def sweep_command(
     connect_timeout: Annotated[float, _opt("--connect-timeout", help="ssh connect timeout in seconds")] = 5.0,
     sweep_timeout: Annotated[float | None, _opt("--sweep-timeout", help="whole-sweep deadline in seconds")] = None,
     fanout: Annotated[int, _opt("--fanout", help="nodes contacted at once")] = 64,
+    gateway: Annotated[list[str] | None, _opt("--gateway", help="sweep through this ClusterShell gateway (repeatable)")] = None,
+    topology: Annotated[Path | None, _opt("--topology", help="ClusterShell topology.conf: sweep through its gateways")] = None,
     strict: Annotated[str | None, _opt("--strict-host-key-checking", help="yes | no | accept-new")] = None,
     probe: Annotated[list[str] | None, _opt("--probe", help="run only these probes on the nodes")] = None,
     confirm: Annotated[bool, _opt("--confirm/--no-confirm", help="resample a cross-node odd rank once")] = True,
@@ -59,6 +61,8 @@ def sweep_command(
     from vllmdiag.fleet.nodes import resolve_nodes
     from vllmdiag.fleet.sweep import SweepPlan
     from vllmdiag.fleet.transport import Transport
+    from vllmdiag.fleet.tree import TreeSpec
+    from vllmdiag.fleet.tree import check as check_tree
 
     if verbose:
         from vllmdiag.render import text
@@ -78,8 +82,10 @@ def sweep_command(
     transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
                           ship_python=ship_python, connect_timeout_s=connect_timeout, strict_host_key_checking=strict,
                           probes=tuple(probe or ()))
+    tree = TreeSpec(tuple(gateway or ()), str(topology) if topology else None) if gateway or topology else None
     plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=timeout, fanout=fanout,
-                     sweep_timeout_s=sweep_timeout)
+                     sweep_timeout_s=sweep_timeout, tree=tree)
+    check_tree(plan)
     if gate:
         return _gate(plan, gate_config, tp, junit, json_out)
     if junit is not None or gate_config is not None or tp is not None:

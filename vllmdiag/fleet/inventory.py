@@ -16,7 +16,7 @@ from vllmdiag.fleet.nodes import MAX_NODES, NODE_NAME, check_name, estimate_size
 
 _OPTION = re.compile(r"-o[A-Za-z]+=[^\s]{1,512}")
 _CONN_KEYS = ("address", "user", "port", "identity_file", "known_hosts_file", "strict_host_key_checking", "ssh_options",
-              "ship_python")
+              "ship_python", "ssh_config")
 STRICT_VALUES = ("yes", "no", "accept-new")
 
 
@@ -32,6 +32,9 @@ class NodeConn:
     strict_host_key_checking: str | None = None
     ssh_options: tuple[str, ...] = ()
     ship_python: str | None = None  # sweep --ship: the interpreter to run the collector with on this node
+    # An ssh client config file (ssh -F): per-host HostName/Port/keys in ssh's own syntax. Through
+    # gateways (sweep --gateway) it is the way per-node settings travel: it must exist on the gateways too.
+    ssh_config: str | None = None
 
 
 @dataclass
@@ -85,7 +88,7 @@ def parse_inventory(raw: Any, where: str) -> Inventory:
 def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
     _no_extra(obj, _CONN_KEYS, where)
     out = base
-    for key in ("address", "user", "identity_file", "known_hosts_file"):
+    for key in ("address", "user", "identity_file", "known_hosts_file", "ssh_config"):
         if key in obj:
             value = str(obj[key])
             if key in ("address", "user") and not NODE_NAME.fullmatch(value):

@@ -21,6 +21,7 @@ from vllmdiag.fleet.clients import Deadline, argv_worker
 from vllmdiag.fleet.inventory import Inventory
 from vllmdiag.fleet.outcome import NodeOutcome, classify
 from vllmdiag.fleet.transport import Transport, node_argv
+from vllmdiag.fleet.tree import TreeSpec
 
 MAX_OUTPUT_BYTES = 256 << 20
 STDERR_LINES = 20
@@ -35,6 +36,7 @@ class SweepPlan:
     timeout_s: float = 20.0  # per node: connect + collect
     fanout: int = 64
     sweep_timeout_s: float | None = None  # whole sweep; default from the waves the fanout needs
+    tree: TreeSpec | None = None  # through ClusterShell gateways (vllmdiag/fleet/tree.py)
 
     @property
     def budget_s(self) -> float:
@@ -102,16 +104,21 @@ def run_sweep(plan: SweepPlan, progress: Progress | None = None) -> list[NodeOut
 
     from vllmdiag.fleet.ship import build_zipapp
 
-    argvs = {n: node_argv(plan.transport, n, plan.inventory, plan.budget_s) for n in plan.nodes}
     handler = _Handler(plan, progress)
     task: Task = task_self()
     task.set_info("fanout", max(1, plan.fanout))
     task.set_default("stdout_msgtree", False)  # we keep output ourselves, capped per node
     task.set_default("stderr_msgtree", False)
-    worker = argv_worker(argvs, handler, plan.timeout_s)
-    task.schedule(worker)
-    if plan.transport.ship:
-        worker.write(build_zipapp(plan.transport.ship_py_spy))
+    if plan.tree is not None:
+        from vllmdiag.fleet.tree import schedule
+
+        worker = schedule(task, plan, handler)
+    else:
+        argvs = {n: node_argv(plan.transport, n, plan.inventory, plan.budget_s) for n in plan.nodes}
+        worker = argv_worker(argvs, handler, plan.timeout_s)
+        task.schedule(worker)
+        if plan.transport.ship:
+            worker.write(build_zipapp(plan.transport.ship_py_spy))
     worker.set_write_eof()
     start = time.monotonic()
     # The whole-sweep deadline is an engine timer: it aborts the task from inside its own loop, which

@@ -67,9 +67,13 @@ def node_argv(transport: Transport, node: str, inventory: Inventory | None, budg
 
 
 def ssh_argv(transport: Transport, node: str, conn: NodeConn) -> list[str]:
+    return [*_split(transport.ssh_path, "ssh path"), *ssh_options(transport, conn), "--", conn.address or node]
+
+
+def ssh_options(transport: Transport, conn: NodeConn) -> list[str]:
+    """Every ssh option for ``conn`` (no program, no host): also what ClusterShell's gateways use."""
     # ssh keeps the first value it sees for an option: ours that keep a sweep from hanging come first.
-    argv = [*_split(transport.ssh_path, "ssh path"), "-oBatchMode=yes",
-            f"-oConnectTimeout={max(1, round(transport.connect_timeout_s))}"]
+    argv = ["-oBatchMode=yes", f"-oConnectTimeout={max(1, round(transport.connect_timeout_s))}"]
     strict = transport.strict_host_key_checking or conn.strict_host_key_checking
     if strict:
         argv.append(f"-oStrictHostKeyChecking={strict}")
@@ -84,7 +88,9 @@ def ssh_argv(transport: Transport, node: str, conn: NodeConn) -> list[str]:
         argv += ["-p", str(conn.port)]
     if conn.user:
         argv += ["-l", conn.user]
-    return argv + ["--", conn.address or node]
+    if conn.ssh_config:
+        argv += ["-F", conn.ssh_config]
+    return argv
 
 
 def _split(text: str, what: str) -> list[str]:

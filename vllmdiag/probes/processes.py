@@ -36,7 +36,7 @@ def collect(ctx: Context) -> dict[str, Any]:
         if stat is None:
             continue  # vanished
         argv = read_cmdline(base) or []
-        table[pid] = {"pid": pid, "argv": argv, "stat": stat, "comm": (read_text(base / "comm") or "").strip()}
+        table[pid] = {"pid": pid, "argv": argv, "stat": stat}  # comm: read for the chosen few only
     chosen = _select(table, ctx.title_prefix)
     now = _uptime(ctx.proc_root)
     procs = [_describe(ctx, table[pid], ticks, page, btime, now) for pid in sorted(chosen)]
@@ -88,7 +88,7 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         "pgid": stat["pgid"],
         "title": " ".join(argv)[:512],
         "cmdline": argv[:64],
-        "comm": row["comm"],
+        "comm": (read_text(base / "comm") or "").strip(),
         "role": info.role,
         "name": info.name,
         "ranks": info.ranks,
