@@ -176,3 +176,32 @@ def test_hostile_report_runs_nothing_in_chromium(tmp_path: Path) -> None:
     dom, log = rendered_dom(page)
     assert not LOAD_FAILURES.search(log), log[-1500:]
     assert not [e for e in dom.elements if e["tag"] in ("script", "img", "a")]
+
+
+REAL = Path(__file__).parent / "data" / "vllm-real" / "snap-d-worker-tp1-sigstop.json"
+
+
+def _real_report() -> Any:
+    import json
+
+    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.api import snapshots_from_json
+
+    return analyze(snapshots_from_json(json.loads(REAL.read_text()), "real"))
+
+
+def test_markdown_report_has_the_html_sections_as_text() -> None:
+    from vllmdiag.render.files import to_html, to_markdown
+
+    report = _real_report()
+    culprit = report.verdict.culprits[0]
+    md = to_markdown(report, ["vllmdiag", "analyze", "x.json", "--report", "x.md"])
+    headings = [line for line in md.splitlines() if line.startswith("#")]
+    for section in ("## Culprits", "## Collection", "## Findings", "### process", "### handshake", "### queue", "### gpu",
+                    "### client"):
+        assert section in headings, (section, headings)
+    assert "rank None" not in md and "pid None" not in md
+    assert f"pid {culprit.pid}" in md and "← culprit" in md
+    assert "vllmdiag analyze x.json --report x.md" in md  # the command line, in the header
+    page = to_html(report, ["vllmdiag", "analyze", "x.json"])
+    assert page.count("data-layer=") == 5 and f"class='mono culprit' data-pid='{culprit.pid}'" in page
