@@ -117,3 +117,12 @@ def test_topology_file_routes_through_its_gateway(tree_fleet: tuple[Fleet, Path,
                            str(inv)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and "topology" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_human_view_reports_per_node_timing() -> None:
+    from vllmdiag.render.fleet_view import timing_line
+
+    nodes = [{"name": f"n{i}", "duration_s": d} for i, d in enumerate([1.0, 4.5, 1.2, 0.9, 2.0])]
+    line = timing_line(nodes)
+    assert line is not None and "median 1.2 s" in line and line.index("n1 4.5 s") < line.index("n4 2.0 s")
+    assert timing_line(nodes[:1]) is None

@@ -79,12 +79,25 @@ def render_fleet(report: Report, console: Any = None) -> None:
     failed = [n for n in report.extra.get("nodes", []) if n["status"] != "ok"]
     for n in failed[:MAX_ROWS]:
         console.print(f"[bold magenta]{_esc(n['name'])}[/] {_esc(n['status'])}: {_esc(n.get('reason') or '')}")
+    timing = timing_line(report.extra.get("nodes", []))
+    if timing:
+        console.print(f"[dim]{_esc(timing)}[/]")
     if _verbose() and any(f.severity != "info" for f in report.findings):
         shown = Report(verdict=report.verdict, deployments=[], snapshots=[],
                        findings=[f for f in report.findings if f.severity != "info"][:60])
         console.print(findings_table(shown))
     elif not _verbose():
         print_findings(report, console)
+
+
+def timing_line(nodes: list[dict[str, Any]], slowest: int = 3) -> str | None:
+    """Per-node time (connect + collect), for a sweep: the median and the slowest few by name."""
+    timed = sorted(((float(n.get("duration_s") or 0.0), str(n.get("name"))) for n in nodes), reverse=True)
+    if len(timed) < 2:
+        return None
+    median = sorted(t for t, _ in timed)[len(timed) // 2]
+    worst = ", ".join(f"{name} {t:.1f} s" for t, name in timed[:slowest])
+    return f"per-node time: median {median:.1f} s; slowest {worst} ({len(timed)} nodes; --json: nodes[].duration_s)"
 
 
 def _verbose() -> bool:
