@@ -205,3 +205,26 @@ def test_markdown_report_has_the_html_sections_as_text() -> None:
     assert "vllmdiag analyze x.json --report x.md" in md  # the command line, in the header
     page = to_html(report, ["vllmdiag", "analyze", "x.json"])
     assert page.count("data-layer=") == 5 and f"class='mono culprit' data-pid='{culprit.pid}'" in page
+
+
+def test_gpus_per_rank_and_an_unreachable_node_in_the_fleet_grid() -> None:
+    workers = [{"pid": 100 + r, "ppid": 9, "role": "worker", "rank": r, "ranks": {"tp": r}, "title": f"VLLM::Worker_TP{r}",
+                "state": "S"} for r in range(2)]
+    verdict = {"status": "healthy", "layer": None, "culprits": [], "summary": "ok", "evidence": [], "next_steps": [],
+               "confidence": "high"}
+    gpus = [{"index": i, "util_pct": 97, "processes": [{"pid": 100 + i}], "ecc_uncorrected_volatile": 0} for i in range(2)]
+    snap = {"node": "gpu00", "probes": {"nvml": {"status": "ok", "data": {"gpus": gpus}}}}
+    d = {"verdict": verdict, "findings": [], "snapshots": [snap],
+         "deployments": [{"id": "gpu00:9", "node": "gpu00", "root_pid": 9, "processes": workers, "verdict": verdict}],
+         "nodes": [{"name": "gpu00", "status": "ok", "verdict": "healthy", "gpus": ".."},
+                   {"name": "gpu01", "status": "unreachable", "reason": "ssh: connect timed out", "gpus": ""}]}
+    dom = Dom()
+    dom.feed(to_html(d))
+    gpu_rows = [e["text"] for e in dom.elements if e["tag"] == "tr" and "97" in e["text"]]
+    assert any("TP0" in row for row in gpu_rows) and any("TP1" in row for row in gpu_rows)
+    rows = {e["attrs"]["data-node"]: e for e in dom.elements if e["tag"] == "tr" and "data-node" in e["attrs"]}
+    assert "connect timed out" in rows["gpu01"]["text"] and "unreachable" in rows["gpu01"]["text"]
+    links = [e["attrs"]["href"] for e in dom.elements if e["tag"] == "a"]
+    assert links == ["#node-gpu00"], "only nodes that answered have a section to link to"
+    md = to_markdown(d)
+    assert "util 97 %" in md and "| gpu01 | unreachable |" in md
