@@ -53,6 +53,8 @@ def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = Tru
             o.snapshot = snaps.get(o.name, o.snapshot)
         report = analyze_fleet([s for s in snaps.values() if s is not None], outcomes)
     report.verdict.next_steps = via_transport(report.verdict.next_steps, plan.transport)
+    if plan.transport.exec_template:  # so a report's per-finding commands reach the nodes the same way
+        report.extra["exec_template"] = plan.transport.exec_template
     return FleetResult(report=report, outcomes=outcomes, wall_s=time.monotonic() - start)
 
 

@@ -87,8 +87,7 @@ def _hosts(nodes: list[rd.NodeData]) -> str:
 
 
 def findings_section(d: dict[str, Any]) -> str:
-    from vllmdiag.model import Finding
-    from vllmdiag.playbook import load_playbooks, next_steps_for
+    from vllmdiag.playbook import load_playbooks
 
     books = load_playbooks()
     items: list[str] = []
@@ -96,10 +95,7 @@ def findings_section(d: dict[str, Any]) -> str:
     for f, where in rd.folded_findings(list(d.get("findings") or [])):
         sev = str(f.get("severity"))
         book = books.get(str(f.get("code"))) or {}
-        try:
-            confirm = next_steps_for(Finding.from_dict(f))
-        except (KeyError, TypeError, ValueError):
-            confirm = []
+        confirm = rd.confirm_commands(d, f)
         opened = " open" if sev == "critical" else ""
         playbook = (f"<details{opened}><summary>playbook: {h(book.get('title', f.get('code')))}</summary>"
                     f"<p>{h(book.get('meaning', ''))}</p>" + (f"<p>Confirm (read-only):</p><pre>{h(chr(10).join(confirm))}</pre>"

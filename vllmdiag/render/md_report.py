@@ -76,8 +76,7 @@ def _meta(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -
 
 
 def _findings(d: dict[str, Any]) -> list[str]:
-    from vllmdiag.model import Finding
-    from vllmdiag.playbook import load_playbooks, next_steps_for
+    from vllmdiag.playbook import load_playbooks
 
     books = load_playbooks()
     out = ["## Findings", ""]
@@ -87,10 +86,7 @@ def _findings(d: dict[str, Any]) -> list[str]:
         book = books.get(str(f.get("code")))
         if book:
             out += [f"*Playbook:* {md(book.get('title'))}. {md(book.get('meaning'))}", ""]
-            try:
-                confirm = next_steps_for(Finding.from_dict(f))
-            except (KeyError, TypeError, ValueError):
-                confirm = []
+            confirm = rd.confirm_commands(d, f)
             if confirm:
                 out += ["Confirm (read-only):", "", *fence(confirm), ""]
     return out if len(out) > 2 else out + ["No findings.", ""]

@@ -104,6 +104,33 @@ def folded_probe_problems(snaps: list[dict[str, Any]]) -> list[str]:
     return [f"{fold(names)}: {probe} {status}" + (f" ({why})" if why else "") for (probe, status, why), names in groups.items()]
 
 
+def confirm_commands(d: dict[str, Any], f: dict[str, Any]) -> list[str]:
+    """A finding's playbook confirm commands, filled in; on a fleet, aimed at the finding's node the way
+    the sweep reached it (`--exec` template, else `on NODE:`), never a bare command for the wrong host."""
+    from vllmdiag.model import Finding
+    from vllmdiag.playbook import next_steps_for
+
+    try:
+        cmds = next_steps_for(Finding.from_dict(f))
+    except (KeyError, TypeError, ValueError):
+        return []
+    if "nodes" not in d:
+        return cmds
+    node = str(f.get("node"))
+    aimed = [c if c.startswith("ssh ") else f"on {node}: {c}" for c in cmds]
+    template = d.get("exec_template")
+    if not isinstance(template, str) or not template:
+        return aimed
+    from vllmdiag.cli_errors import UsageError
+    from vllmdiag.fleet.steps import via_transport
+    from vllmdiag.fleet.transport import Transport
+
+    try:
+        return via_transport(aimed, Transport(exec_template=template))
+    except UsageError:  # a saved report is untrusted: an odd template leaves the commands as they are
+        return aimed
+
+
 def short_name(p: dict[str, Any] | None) -> str:
     """`TP3`, `EngineCore`, `APIServer`: how people call a vLLM process."""
     if not p:
