@@ -24,7 +24,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium)")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy and namespaces need root")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0"]
+         "--disable-sync", "--no-first-run", "--disable-dev-shm-usage", "--enable-logging=stderr", "--v=0"]
 LOAD_FAILURES = re.compile(r"INFO:CONSOLE|net::ERR_|Failed to load|Refused to")
 
 
