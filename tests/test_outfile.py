@@ -217,3 +217,25 @@ def test_strace_gate_never_opens_a_device_for_create_or_renames_onto_it(tmp_path
     reliability.case(write=bool(bad))
     assert null_opens and not bad, bad
     assert victim.read_text() == "keep\n"
+
+
+def test_sweep_save_dir_refuses_a_planted_symlink(tmp_path: Path, reliability: Any) -> None:
+    """sweep --save DIR writes one file per node through the same writer: a symlink planted at
+    DIR/<node>.json is refused and its target unchanged."""
+    from vllmdiag.api import analyze_files
+    from vllmdiag.fleet.api import save
+
+    real = Path(__file__).parent / "data" / "vllm-real" / "snap-d-worker-tp1-sigstop.json"
+    result = analyze_files([real])
+    node = result.report.snapshots[0].node
+    out = tmp_path / "save"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (out / f"{node}.json").symlink_to(victim)
+    with pytest.raises(OutputError, match="symlink"):
+        save(result, out)
+    reliability.case(write=victim.read_text() != "keep\n")
+    assert victim.read_text() == "keep\n"
+    (out / f"{node}.json").unlink()
+    assert [p.name for p in save(result, out)] == [f"{node}.json"]

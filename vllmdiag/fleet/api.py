@@ -60,7 +60,12 @@ def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = Tru
 
 def save(result: TriageResult, directory: Path) -> list[Path]:
     """One snapshot JSON per node (safe file names) plus the node statuses, for `vllmdiag analyze DIR`."""
-    directory.mkdir(parents=True, exist_ok=True)
+    from vllmdiag.outfile import OutputError, write_output
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--save {directory}: cannot create the directory: {exc.strerror or exc}") from None
     written: list[Path] = []
     used: set[str] = set()
     for snap in result.report.snapshots:
@@ -69,11 +74,12 @@ def save(result: TriageResult, directory: Path) -> list[Path]:
             stem += "_"
         used.add(stem)
         path = directory / f"{stem}.json"
-        path.write_text(json.dumps(snap.to_dict(), default=str) + "\n", encoding="utf-8")
+        # Through vllmdiag.outfile: a planted symlink at <dir>/<node>.json is refused, never written through.
+        write_output(path, json.dumps(snap.to_dict(), default=str) + "\n", "--save")
         written.append(path)
     nodes = result.report.extra.get("nodes", [])
-    (directory / NODES_FILE).write_text(json.dumps([{k: n.get(k) for k in ("name", "status", "reason", "duration_s")}
-                                                    for n in nodes]) + "\n", encoding="utf-8")
+    write_output(directory / NODES_FILE, json.dumps([{k: n.get(k) for k in ("name", "status", "reason", "duration_s")}
+                                                     for n in nodes]) + "\n", "--save")
     return written
 
 

@@ -94,11 +94,12 @@ def sweep_command(
         result = sweep(plan, confirm=confirm)
     else:
         result = _with_progress(plan, lambda p, progress: sweep(p, progress, confirm))
-    if save is not None:
-        save_dir(result, save)
     from vllmdiag.cli import emit
 
-    return emit(result, json_out, report)
+    rc = emit(result, json_out, report)  # the verdict first: a --save that cannot be written is exit 2 after it
+    if save is not None:
+        save_dir(result, save)
+    return rc
 
 
 def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool) -> int:
@@ -110,17 +111,16 @@ def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, js
         result, outcomes = sweep_gate(plan, config, tp)
     else:
         result, outcomes = _with_progress(plan, lambda p, progress: sweep_gate(p, config, tp, progress))
-    if junit is not None:
-        from vllmdiag.gate.junit import fleet_junit
-
-        try:
-            junit.write_text(fleet_junit(result), encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"--junit {junit}: cannot write: {exc.strerror or exc}") from None
     if json_out:
         sys.stdout.write(json.dumps(gate_payload(result, outcomes), indent=2, default=str) + "\n")
     else:
         render_gate(result)
+    if junit is not None:  # after the results: a file error (exit 2) never loses them (issue 15, item 3)
+        from vllmdiag.gate.junit import fleet_junit
+        from vllmdiag.outfile import write_output
+
+        sys.stdout.flush()
+        write_output(junit, fleet_junit(result), "--junit")
     return int(result.exit_code)
 
 
