@@ -128,3 +128,28 @@ def test_idle_deployment_says_idle_not_moving() -> None:
     rep = judged(snapshot([idle] * 2, engine_idle, 0, running=0.0))
     assert rep.verdict.status == "healthy" and "Idle: no work in flight" in rep.verdict.summary
     assert "moving" not in rep.verdict.summary
+
+
+def test_nvml_corroborates_a_uniform_hang_busy_spin_or_idle_host() -> None:
+    ranks = [all_reduce()] * 2
+
+    def with_gpus(snap: Snapshot, util: int, power: float) -> Snapshot:
+        gpus = [{"index": i, "util_pct": util, "power_w": power, "power_limit_w": 700.0, "processes": [{"pid": 101 + i}]}
+                for i in range(2)]
+        snap.probes["nvml"] = ProbeResult("ok", 0.1, None, {"gpus": gpus})
+        return snap
+
+    spin = judged(with_gpus(snapshot(ranks, ENGINE_WAITING, 0), 100, 90.0), snapshot(ranks, ENGINE_WAITING, 4))
+    assert "kernels spinning for a peer" in codes(spin)["gpu.uniform_hang"].message
+    idle = judged(with_gpus(snapshot(ranks, ENGINE_WAITING, 0), 0, 60.0), snapshot(ranks, ENGINE_WAITING, 4))
+    f = codes(idle)["gpu.uniform_hang"]
+    assert "host side is stuck" in f.message and f.evidence["nvml"]["idle"] is True
+
+
+def test_flight_recorder_is_mentioned_when_enabled() -> None:
+    ranks = [all_reduce()] * 2
+    first = snapshot(ranks, ENGINE_WAITING, 0)
+    for p in first.data("processes")["processes"]:
+        p["environ"] = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+    f = codes(judged(first, snapshot(ranks, ENGINE_WAITING, 4)))["gpu.uniform_hang"]
+    assert f.evidence["flight_recorder"] == "2000" and "Flight Recorder is on" in f.message

@@ -134,3 +134,15 @@ def test_cli_confirm_off_says_suspected_and_the_saved_file_agrees(tmp_path: Path
     again = subprocess.run([sys.executable, "-m", "vllmdiag", "analyze", "--json", "--pid", str(root), str(saved)],
                            capture_output=True, text=True, timeout=60)
     assert json.loads(again.stdout)["verdict"] == live["verdict"]
+
+
+def test_stacks_probe_selects_whole_trees_and_orphans_by_process_group_without_analysis() -> None:
+    import vllmdiag.probes.stacks as probe
+
+    rows = [{"pid": 10, "ppid": 1, "pgid": 10}, {"pid": 11, "ppid": 10, "pgid": 10}, {"pid": 12, "ppid": 11, "pgid": 10},
+            {"pid": 13, "ppid": 1, "pgid": 10},  # an orphaned worker: reparented, same process group
+            {"pid": 20, "ppid": 1, "pgid": 20}, {"pid": 21, "ppid": 20, "pgid": 20}]  # another deployment
+    assert probe.same_trees(rows, {12}) == {10, 11, 12, 13}
+    assert probe.same_trees(rows, {21}) == {20, 21}
+    src = Path(probe.__file__).read_text()
+    assert "vllmdiag.analysis" not in src  # probes collect, never decide (issue 16 item 2)
