@@ -77,11 +77,14 @@ def _one(passes: list[Snapshot], dep: Deployment, window: float) -> Progress:
 
 # ---- window ------------------------------------------------------------------------------------
 def _window(passes: list[Snapshot]) -> float:
-    """Seconds between the first and the last observation: pass timestamps plus in-pass sampling."""
+    """Seconds from the first pass's start (``collected_at`` is a pass's end, minus its duration: its
+    rings, /metrics and stacks are read from the start on) to the last pass's end; one pass alone
+    counts only what it sampled twice (rings, /metrics, a stack resample)."""
     inner = max((_inner_window(s) for s in passes), default=0.0)
     first, last = _at(passes[0]), _at(passes[-1])
-    span = (last - first) if first is not None and last is not None else 0.0
-    return round(max(inner, span + _inner_window(passes[0])), 2)
+    if len(passes) < 2 or first is None or last is None:
+        return round(inner, 2)
+    return round(max(inner, last - first + max(0.0, passes[0].duration_s)), 2)
 
 
 def _inner_window(snap: Snapshot) -> float:
