@@ -146,3 +146,26 @@ def test_stacks_probe_selects_whole_trees_and_orphans_by_process_group_without_a
     assert probe.same_trees(rows, {21}) == {20, 21}
     src = Path(probe.__file__).read_text()
     assert "vllmdiag.analysis" not in src  # probes collect, never decide (issue 16 item 2)
+
+
+def test_confirm_window_stops_as_soon_as_something_moves_and_records_what_it_watched() -> None:
+    from vllmdiag import confirm
+
+    first = later(_snap("g"), 0.0, tokens=10)
+    seen_options: list[dict[str, Any]] = []
+    tokens = iter([10, 10, 42])
+
+    def collect(**kw: Any) -> Snapshot:
+        seen_options.append(kw["options"])
+        return later(first, 0.1, tokens=next(tokens))
+
+    def still(s: Snapshot) -> bool:
+        return any(is_stalled(p) for p in deployment_progress(all_passes(s)))
+
+    ticks: list[float] = []
+    confirm.watch(first, [1], 30.0, still, collect, {"watch_s": 5, "probe_request": True, "native": True}, None,
+                  lambda watched, window: ticks.append(watched))
+    assert len(first.passes) == 3 and first.options["confirm"]["stopped"] == "moved" and len(ticks) == 3
+    assert first.options["confirm"]["watched_s"] < 30 and first.passes[0].options == {}
+    # Follow-up passes never repeat the one-shot looks (a completion request, --watch's stretch).
+    assert all("probe_request" not in o and "watch_s" not in o and o["native"] for o in seen_options)

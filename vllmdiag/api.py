@@ -77,14 +77,14 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     snap = collect_node(probes=probes, options=opts, budget_s=budget_s, ctx=ctx)
     report = analyze([snap], wanted)
     roots = suspected_roots(report)
-    if confirm_s > 0 and roots:
+    if confirm_s > 0 and roots and (probes is None or "stacks" in probes or "rings" in probes or "http" in probes):
         from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
 
         def still(s: Snapshot) -> bool:
             return any(is_stalled(p) for p in deployment_progress(all_passes(s))
                        if p.deployment_id in roots.values())
 
-        confirm.watch(snap, sorted(roots), confirm_s, still, collect, opts, quick_ctx, on_confirm, started)
+        confirm.watch(snap, sorted(roots), confirm_s, still, collect, opts, quick_ctx, on_confirm, started, probes)
         report = analyze([snap], wanted)
     return TriageResult(report)
 

@@ -45,7 +45,7 @@ def resample(snap: Snapshot, pids: list[int], collect: Collect, options: dict[st
         return
     time.sleep(max(0.0, SETTLE_S - waited_s))
     start = time.monotonic()
-    again = collect(probes=["stacks"], options={**options, "stack_pids": pids}, budget_s=PASS_BUDGET_S,
+    again = collect(probes=["stacks"], options={**pass_options(options), "stack_pids": pids}, budget_s=PASS_BUDGET_S,
                     ctx=fresh_context(ctx))
     after = round(max(SETTLE_S, waited_s) + (time.monotonic() - start) / 2, 3)
     for d in again.data("stacks").get("dumps", []):
@@ -56,18 +56,19 @@ def resample(snap: Snapshot, pids: list[int], collect: Collect, options: dict[st
 
 def watch(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Callable[[Snapshot], bool],
           collect: Collect, options: dict[str, Any], ctx: Context | None, tick: Tick | None = None,
-          started: float | None = None) -> None:
+          started: float | None = None, only: list[str] | None = None) -> None:
     """Follow-up passes of the deployments rooted at ``roots`` until something moves or the window ends.
     The window counts from ``started`` (triage's start: the quick pass already watched), so a stalled
     node's verdict comes about ``confirm_s`` after triage began; no pass starts that cannot end in it."""
     start = time.monotonic() if started is None else started
+    probes = [p for p in PASS_PROBES if only is None or p in only]
     end, stopped = start + confirm_s, "window"
     while True:
         left = end - time.monotonic()
         if left <= MIN_PASS_S and snap.passes:
             break  # (one pass at least: a loaded box can spend the whole window on the quick pass)
         t0 = time.monotonic()
-        nxt = collect(probes=PASS_PROBES, options={**options, "pids": roots, "confirm_pass": True},
+        nxt = collect(probes=probes, options={**pass_options(options), "pids": roots, "confirm_pass": True},
                       budget_s=min(PASS_BUDGET_S, max(MIN_PASS_S, left)), ctx=fresh_context(ctx))
         snap.passes.append(slim(nxt))
         if tick is not None:
@@ -78,6 +79,12 @@ def watch(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Cal
         time.sleep(max(0.0, min(PASS_GAP_S - (time.monotonic() - t0), end - time.monotonic())))
     snap.options["confirm"] = {"requested_s": confirm_s, "watched_s": round(time.monotonic() - start, 2),
                                "passes": len(snap.passes), "stopped": stopped}
+
+
+def pass_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A follow-up pass repeats the cheap looks only: no --watch stretch, no second completion request,
+    no second NCCL RAS query, no gate facts."""
+    return {k: v for k, v in options.items() if k not in ("watch_s", "probe_request", "nccl_ras", "preflight")}
 
 
 def slim(snap: Snapshot) -> Snapshot:
