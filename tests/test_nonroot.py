@@ -92,3 +92,37 @@ def test_blind_triage_of_a_healthy_deployment_is_inconclusive_never_blocked(reli
         assert ours & set(probes[name]["data"]["unreadable_pids"]), name
     assert ours & set(probes["sockets"]["data"]["unreadable_pids"]) == ours
     assert all(probes["sockets"]["data"]["socket_fds"][str(p)] is None for p in ours)  # unknown, never 0
+
+
+def test_rings_probe_says_which_mappers_it_could_not_see(tmp_path: Any) -> None:
+    """A ring segment we may not open (another user's, mode 0600) makes the rings probe partial with
+    its mappers as unreadable pids, never an empty "no rings" (issue 15 item 4)."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_rings_probe import write_fixture
+
+    seg = write_fixture("response-3-unread", tmp_path / "psm_0badf00d")
+    os.chown(seg, 65534, 65534)
+    os.chmod(seg, 0o600)
+    os.chmod(tmp_path, 0o755)
+    code = (
+        "import json, sys\n"
+        "from vllmdiag.context import Context\n"
+        "from vllmdiag.model import ProbeResult\n"
+        "from vllmdiag.probe import Partial\n"
+        "from vllmdiag.probes import rings\n"
+        f"seg = {{'name': 'psm_0badf00d', 'path': {str(seg)!r}, 'kind': 'psm', 'size_bytes': {seg.stat().st_size},"
+        " 'mapped_by': [4242, 4243], 'mapped_by_other': []}\n"
+        "ctx = Context()\n"
+        "ctx.record('shm', ProbeResult('ok', 0.0, None, {'segments': [seg]}))\n"
+        "ctx.mark_others_done()\n"
+        "out = rings.collect(ctx)\n"
+        "print(json.dumps({'partial': isinstance(out, Partial), 'reason': getattr(out, 'reason', ''),"
+        " 'data': out.data if isinstance(out, Partial) else out}))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([*DROP, sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["partial"] and "permission denied" in doc["reason"] and "CAP_SYS_PTRACE" in doc["reason"]
+    assert doc["data"]["unreadable_pids"] == [4242, 4243] and doc["data"]["rings"] == []

@@ -13,7 +13,7 @@ from typing import Any
 from vllmdiag.model import Snapshot
 
 # Probes whose data is built from per-pid /proc reads, and what they read.
-PER_PID = {"sockets": "fds", "endpoints": "fds", "http": "fds", "shm": "memory maps"}
+PER_PID = {"sockets": "fds", "endpoints": "fds", "http": "fds", "shm": "memory maps", "rings": "ring segments"}
 FIX = ("Re-run as root (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH), or as the user the deployment runs as "
        "(sudo -u <that user> vllmdiag triage).")
 _DENIED = re.compile(r"ermission|ptrace|denied|EPERM|EACCES|os error 13", re.IGNORECASE)
@@ -59,7 +59,7 @@ def _list(pids: list[Any]) -> str:
 
 # The probes each layer's findings are built on (process and gpu read world-readable /proc files
 # and stacks, whose blindness the verdict reports on its own).
-LAYER_PROBES = {"handshake": ("sockets", "endpoints"), "client": ("http", "sockets"), "queue": ("shm",)}
+LAYER_PROBES = {"handshake": ("sockets", "endpoints"), "client": ("http", "sockets"), "queue": ("shm", "rings")}
 
 
 def cap_blind(snapshot: Snapshot, findings: list[Any]) -> None:

@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.probe import ProbeSpec, Skip
+from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes import _ringfmt as rf
+from vllmdiag.probes._access import FIX
 
 SPEC = ProbeSpec(name="rings", layer="queue", description="vLLM shm ring flags, sampled while the other probes run",
                  requires=("processes", "shm"), timeout_s=30.0, sampler=True)
@@ -84,7 +85,7 @@ class _Ring:
         return {"last_method": agreed["method"], "last_status": agreed["status"], "last_overflow": agreed["overflow"]}
 
 
-def collect(ctx: Context) -> dict[str, Any]:
+def collect(ctx: Context) -> dict[str, Any] | Partial:
     shm = ctx.result("shm")
     if shm is None or shm.status not in ("ok", "partial"):
         raise Skip("the shm probe did not list /dev/shm, so there is no segment to decode")
@@ -106,8 +107,16 @@ def collect(ctx: Context) -> dict[str, Any]:
                 rings.append(ring)
         if rings:
             _sample_until_others_done(ctx, rings, t0)
-        return {"rings": [r.result() for r in rings], "rejected": rejected,
+        data = {"rings": [r.result() for r in rings], "rejected": rejected,
                 "skipped_segments": len(left), "skipped": skipped, "interval_s": INTERVAL_S}
+        # A ring a vLLM process maps that we may not open is not "no ring": its mappers were not seen.
+        denied = [r for r in rejected if r.get("denied")]
+        blind = sorted({int(p) for r in denied for p in r.get("mapped_by") or [] if isinstance(p, int)})
+        if denied:
+            data["unreadable_pids"] = blind
+            return Partial(data, f"cannot open {len(denied)} segment(s) read-only (permission denied), "
+                           f"mapped by pid(s) {', '.join(map(str, blind[:8])) or 'none'}: {FIX}")
+        return data
     finally:
         for r in rings:
             os.close(r.fd)
@@ -125,6 +134,7 @@ def _open(seg: dict[str, Any], t0: float, rejected: list[dict[str, Any]]) -> _Ri
         fd = _open_ro(str(seg["path"]))
     except OSError as exc:
         reject(f"cannot open read-only: {exc.strerror}" + (" (run as root)" if isinstance(exc, PermissionError) else ""))
+        rejected[-1]["denied"] = isinstance(exc, PermissionError)
         return None
     st = os.fstat(fd)
     if seg.get("inode") not in (None, st.st_ino):
