@@ -88,7 +88,7 @@ def main() -> int:
             start = time.perf_counter()
             report = analyze_fleet(snaps)
             times.append(time.perf_counter() - start)
-        assert report.verdict.status == "blocked" and len(report.extra["fleet"]["classes"]) == 2, report.verdict.summary
+        assert report.verdict.status == "blocked" and len(report.fleet.classes) == 2, report.verdict.summary
         med = statistics.median(times)
         start = time.perf_counter()
         for snap in snaps:  # the single-node engine alone: what the fleet layer adds is the difference

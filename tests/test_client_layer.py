@@ -16,9 +16,9 @@ from test_http_probe import api_proc, collect_http, start_server
 
 from vllmdiag.analysis import client
 from vllmdiag.analysis.deployments import find_deployments
-from vllmdiag.analysis.engine import DeploymentReport, Report
+from vllmdiag.analysis.engine import analyze as analyze_report
 from vllmdiag.api import triage
-from vllmdiag.model import ProbeResult, Snapshot, Verdict
+from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.render import client_view
 
 from sim_fixtures import sim_state  # noqa: F401
@@ -75,8 +75,7 @@ def test_client_that_stops_reading_is_named_with_its_pid(server: tuple[subproces
         assert c.pid == stalled.pid and c.role == "http_client" and f"127.0.0.1:{stalled_port}" in c.title
         assert f"127.0.0.1:{reader_port}" in conns  # the live reader is seen but not blamed
         out = io.StringIO()
-        client_view.render(Report(Verdict("blocked"), [DeploymentReport(d, Verdict("blocked")) for d in find_deployments(
-            snapshot(procs, data))], findings, [snapshot(procs, data)]), Console(file=out, width=200))
+        client_view.render(analyze_report([snapshot(procs, data)]), Console(file=out, width=200))
         assert f"127.0.0.1:{stalled_port}" in out.getvalue() and str(stalled.pid) in out.getvalue()
     finally:
         for p in (stalled, reader):

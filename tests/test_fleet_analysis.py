@@ -11,9 +11,9 @@ import pytest
 from vllmdiag.api import analyze_files, collect
 from vllmdiag.fleet.analysis import analyze_fleet
 from vllmdiag.fleet.api import FleetResult, save
-from vllmdiag.fleet.html import fleet_html, fleet_markdown
 from vllmdiag.fleet.outcome import NodeOutcome
 from vllmdiag.model import Snapshot
+from vllmdiag.render.files import to_html, to_markdown
 
 from fake_tree import fake_tree
 
@@ -58,8 +58,8 @@ def fleet_of(base: Snapshot, n: int, sick: dict[int, int] | None = None) -> list
 def test_healthy_fleet_folds_into_one_class(base: Snapshot) -> None:
     report = analyze_fleet(fleet_of(base, 48))
     assert report.verdict.status == "healthy"
-    assert [(c["nodes"], c["status"]) for c in report.extra["fleet"]["classes"]] == [("gpu[00-47]", "healthy")]
-    assert {n["gpus"] for n in report.extra["nodes"]} == {"." * 8}
+    assert [(c["nodes"], c["status"]) for c in report.to_dict()["fleet"]["classes"]] == [("gpu[00-47]", "healthy")]
+    assert {n["gpus"] for n in report.to_dict()["nodes"]} == {"." * 8}
     assert report.to_dict()["schema_version"] == 1 and len(report.to_dict()["snapshots"]) == 48
 
 
@@ -68,10 +68,10 @@ def test_one_blocked_node_named_with_process_and_rank(base: Snapshot) -> None:
     v = report.verdict
     assert v.status == "blocked" and v.layer == "process"
     assert (v.culprits[0].node, v.culprits[0].rank, v.culprits[0].title) == ("gpu12", 5, "VLLM::Worker_TP5")
-    classes = [(c["nodes"], c["status"]) for c in report.extra["fleet"]["classes"]]
+    classes = [(c["nodes"], c["status"]) for c in report.to_dict()["fleet"]["classes"]]
     assert classes == [("gpu12", "blocked"), ("gpu[00-11,13-47]", "healthy")]
     assert v.summary.startswith("gpu12: Blocked at the process layer") and "gpu[00-11,13-47] healthy" in v.summary
-    assert next(n for n in report.extra["nodes"] if n["name"] == "gpu12")["gpus"] == "bbbbbXbb"
+    assert next(n for n in report.to_dict()["nodes"] if n["name"] == "gpu12")["gpus"] == "bbbbbXbb"
     assert FleetResult(report=report).exit_code == 1
 
 
@@ -79,8 +79,8 @@ def test_one_blocked_node_named_with_process_and_rank(base: Snapshot) -> None:
 def test_scaling_sets_fold_identical_faults(base: Snapshot, nodes: int) -> None:
     sick = {3: 2, nodes // 2: 2, nodes - 1: 2}
     report = analyze_fleet(fleet_of(base, nodes, sick))
-    assert sum(len(n["gpus"]) for n in report.extra["nodes"]) == nodes * 8
-    classes = report.extra["fleet"]["classes"]
+    assert sum(len(n["gpus"]) for n in report.to_dict()["nodes"]) == nodes * 8
+    classes = report.to_dict()["fleet"]["classes"]
     assert len(classes) == 2 and classes[0]["count"] == 3 and classes[1]["count"] == nodes - 3
     assert {c.node for c in report.verdict.culprits} == {f"gpu{i:0{len(str(nodes - 1))}d}" for i in sick}
 
@@ -92,7 +92,7 @@ def test_multinode_group_joined_across_nodes(base: Snapshot) -> None:
     assert any(f.code == "process.rank_missing" for f in alone.findings)  # no group: a real gap
     report = analyze_fleet([a, b])
     assert report.verdict.status == "healthy", report.verdict.summary
-    assert report.extra["fleet"]["groups"] == [{"key": "10.1.0.1:29500", "nodes": ["gpu-a", "gpu-b"], "nnodes": 2}]
+    assert report.to_dict()["fleet"]["groups"] == [{"key": "10.1.0.1:29500", "nodes": ["gpu-a", "gpu-b"], "nnodes": 2}]
     b_missing = node(base, "gpu-b", ranks=[4, 5, 7], extra_args=[*MULTI, "--node-rank", "1", "--headless"])
     report = analyze_fleet([a, b_missing])
     assert report.verdict.status == "blocked"
@@ -106,7 +106,7 @@ def test_ranks_on_an_unreachable_node_are_attributed_to_it(base: Snapshot) -> No
     unseen = [f for f in report.findings if f.code == "fleet.ranks_unseen"]
     assert unseen and unseen[0].evidence["missing_tp_ranks"] == [4, 5, 6, 7]
     assert {(c.node, c.rank) for c in report.verdict.culprits} >= {("gpu-b", 4), ("gpu-b", 7)}
-    assert [n["status"] for n in report.extra["nodes"]] == ["ok", "unreachable"]
+    assert [n["status"] for n in report.to_dict()["nodes"]] == ["ok", "unreachable"]
 
 
 def test_save_then_analyze_dir_gives_the_same_verdict(base: Snapshot, tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_save_then_analyze_dir_gives_the_same_verdict(base: Snapshot, tmp_path: 
     save(first, tmp_path / "sweep")
     again = analyze_files([tmp_path / "sweep"])
     assert again.report.verdict.to_dict() == first.report.verdict.to_dict()
-    assert [n["name"] for n in again.report.extra["nodes"] if n["status"] == "timeout"] == ["gpu9"]
+    assert [n["name"] for n in again.report.to_dict()["nodes"] if n["status"] == "timeout"] == ["gpu9"]
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir())[:2] == ["gpu0.json", "gpu1.json"]
 
 
@@ -129,9 +129,9 @@ def test_views_render_folded_classes(base: Snapshot) -> None:
     render_fleet(report, make_console(out))
     text = out.getvalue()
     assert "gpu[00-11,13-47]" in text and "gpu12" in text and "gpu48" in text
-    page = fleet_html(report)
-    assert "gpu[00-11,13-47]" in page and "<script" not in page
-    assert any("gpu48 | unreachable" in line for line in fleet_markdown(report))
+    page = to_html(report)
+    assert "gpu12" in page and "gpu48" in page and "<script" not in page
+    assert any("gpu48 | unreachable" in line for line in to_markdown(report).splitlines())
 
 
 def test_nodes_without_vllm(base: Snapshot) -> None:
@@ -149,4 +149,4 @@ def test_untrusted_node_names_from_saved_snapshots(base: Snapshot) -> None:
     names = ["a,b", "x[1-2]", "@g", "<script>", "n1"]
     report = analyze_fleet([node(base, n, stopped=1 if n == "@g" else None) for n in names])
     assert report.verdict.culprits[0].node == "@g"
-    assert "&lt;script&gt;" in fleet_html(report) and "<script>" not in fleet_html(report)
+    assert "&lt;script&gt;" in to_html(report) and "<script>" not in to_html(report)

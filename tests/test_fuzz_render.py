@@ -77,11 +77,11 @@ def test_report_with_odd_typed_fields_renders(data: st.DataObject, value: Any) -
     elif target in ("finding", "finding_node") and report.findings:
         setattr(report.findings[0], "message" if target == "finding" else "node", value)
     elif target == "process" and report.deployments:
-        procs = report.deployments[0].deployment.processes
+        procs = report.deployments[0].processes
         if procs:
-            procs[0][data.draw(st.sampled_from(["title", "state", "pid", "role", "ranks"]))] = value
+            setattr(procs[0], data.draw(st.sampled_from(["title", "state", "pid", "role", "ranks"])), value)
     elif target == "deployment_id" and report.deployments:
-        report.deployments[0].deployment.id = value
+        report.deployments[0].id = value
     _render_all(report)
 
 

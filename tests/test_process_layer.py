@@ -26,10 +26,10 @@ def test_healthy_tree_is_healthy_and_complete() -> None:
         assert rep.verdict.status == "healthy", rep.verdict.summary
         assert res.exit_code == 0
         assert len(rep.deployments) == 1
-        dep = rep.deployments[0].deployment
+        dep = rep.deployments[0]
         assert dep.root_pid == t.api
         assert dep.configured == {"tp": 4}
-        roles = {p["pid"]: (p["role"], (p.get("ranks") or {}).get("tp")) for p in dep.processes}
+        roles = {p.pid: (p.role, p.ranks.get("tp")) for p in dep.processes}
         assert roles[t.api] == ("api_server", None)
         assert roles[t.engine] == ("engine_core", None)
         assert {roles[pid] for pid in t.workers.values()} == {("worker", r) for r in range(4)}
@@ -75,7 +75,7 @@ def test_engine_killed_workers_orphaned_names_missing_engine() -> None:
         orphaned = [f for f in rep.findings if f.code == "process.workers_orphaned"]
         assert orphaned and sorted(orphaned[0].pids) == sorted(t.workers.values())
         # the orphans still belong to their deployment (joined by process group)
-        assert set(t.workers.values()) <= rep.deployments[0].deployment.pids
+        assert set(t.workers.values()) <= rep.deployments[0].pids
 
 
 def _reparented(pid: int, old_parent: int) -> bool:

@@ -7,14 +7,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.model import Snapshot, SnapshotError
+from vllmdiag.model import Report, Snapshot, SnapshotError
+from vllmdiag.model.report import is_drawable, is_report
 from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
-
-if TYPE_CHECKING:
-    from vllmdiag.analysis.engine import Report
 
 EXIT_CODES = {"healthy": 0, "blocked": 1, "degraded": 1, "no-deployment": 3, "inconclusive": 4}
 EXIT_USAGE = 2
@@ -32,11 +30,6 @@ class TriageResult:
     def to_json(self) -> str:
         # Compact on purpose: the C encoder only runs without indent (a TP=8 report is ~200 KB).
         return json.dumps(self.report.to_dict(), separators=(",", ":"), default=str)
-
-    def render(self, console: Any = None) -> None:
-        from vllmdiag.render.text import render_report
-
-        render_report(self.report, console)
 
 
 def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
@@ -119,18 +112,26 @@ def suspected_roots(report: Report) -> dict[int, str]:
     finding already: only those need the confirm window (the healthy path never opens it)."""
     out = {}
     for dep in report.deployments:
-        mine = [f for f in report.findings if f.deployment == dep.deployment.id]
+        mine = [f for f in report.findings if f.deployment == dep.id]
         if any(f.blocking for f in mine):
             continue
         if any(f.evidence.get("needs_confirm") is True for f in mine):
-            out[dep.deployment.root_pid] = dep.deployment.id
+            out[dep.root_pid] = dep.id
     return out
 
 
 def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageResult:
+    """The verdict from saved files. One report file (a ``--json`` output) is drawn again as it was
+    written; snapshots, directories, several files or ``--pid`` are analysed (again)."""
     snaps: list[Snapshot] = []
-    for path in paths:
-        snaps.extend(load_snapshots(path))
+    if len(paths) == 1 and not paths[0].is_dir():
+        raw = read_json(paths[0])
+        if not pids and is_report(raw) and is_drawable(raw):
+            return TriageResult(Report.from_dict(raw, str(paths[0])))
+        snaps = snapshots_from_json(raw, str(paths[0]))
+    else:
+        for path in paths:
+            snaps.extend(load_snapshots(path))
     if not snaps:
         raise SnapshotError("no snapshot found in " + ", ".join(str(p) for p in paths))
     from vllmdiag.fleet.api import analyze_saved  # several nodes (e.g. a sweep --save dir): the fleet verdict
@@ -150,6 +151,10 @@ def load_snapshots(path: Path) -> list[Snapshot]:
         for child in sorted(path.glob("*.json")):
             out.extend(load_snapshots(child))
         return out
+    return snapshots_from_json(read_json(path), str(path))
+
+
+def read_json(path: Path) -> Any:
     from vllmdiag.infile import InputError, read_input
 
     try:
@@ -163,10 +168,11 @@ def load_snapshots(path: Path) -> list[Snapshot]:
         raise SnapshotError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise SnapshotError(f"{path}: JSON nested too deeply") from None
-    return snapshots_from_json(raw, str(path))
+    return raw
 
 
 def snapshots_from_json(raw: Any, where: str) -> list[Snapshot]:
+    """Every snapshot version ever written, bare or inside a report, one or a list of them."""
     if isinstance(raw, dict) and "snapshot" in raw and "verdict" in raw:
         return [Snapshot.from_dict(raw["snapshot"], f"{where}: snapshot")]
     if isinstance(raw, dict) and "snapshots" in raw:

@@ -144,7 +144,9 @@ def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None
     if as_json:
         sys.stdout.write(result.to_json() + "\n")
     else:
-        result.render()
+        from vllmdiag.render.text import draw
+
+        draw(result.report)
     from vllmdiag.outfile import OutputError, write_output
 
     errors: list[OutputError] = []
@@ -254,7 +256,7 @@ def analyze_command(
     pid: Annotated[list[int] | None, _opt("--pid", help="only the deployment(s) containing this pid")] = None,
     verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
 ) -> int:
-    """Recompute the verdict offline from saved snapshots."""
+    """Recompute the verdict offline from saved snapshots, or draw a saved --json report again."""
     from vllmdiag.api import analyze_files
 
     _verbose(verbose)

@@ -69,7 +69,7 @@ def demo(fault: str = "straggler", tp: int = 4, rank: int | None = None, report:
          console: Any = None) -> int:
     """Start a deployment, inject `fault`, triage it, say whether it was found; the triage exit code."""
     from vllmdiag import api
-    from vllmdiag.render.text import make_console
+    from vllmdiag.render.text import draw, make_console
     from vllmdiag_sim.deployment import Deployment
     from vllmdiag_sim.faults import FAULTS, RANKED
 
@@ -89,7 +89,7 @@ def demo(fault: str = "straggler", tp: int = 4, rank: int | None = None, report:
             say(console, "expected answer: " + expected_text(injected))
             say(console, f"triaging, as `vllmdiag triage --pid {dep.root_pid}` would ...")
             result = api.triage(pids=[dep.root_pid])
-            result.render(console)
+            draw(result.report, console)
             if report is not None:
                 write_report_file(result.report, report)
                 say(console, f"report written to {report}")

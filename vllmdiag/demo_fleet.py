@@ -26,7 +26,7 @@ from vllmdiag.demo import Injected, check_fault, expected_text, grade, inject, s
 def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int | None = None,
                report: Path | None = None, console: Any = None) -> int:
     """Start `nodes` namespaced nodes, put `fault` on one, sweep them all; the sweep's exit code."""
-    from vllmdiag.render.text import make_console
+    from vllmdiag.render.text import draw, make_console
     from vllmdiag_sim.faults import FAULTS, RANKED
 
     check_fleet_prerequisites()
@@ -44,7 +44,7 @@ def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int 
         say(console, f"expected answer: {sick} " + expected_text(injected) + "; every other node healthy")
         template = _link_nodes(tmp, deps)
         result = _sweep(console, names, template)
-        result.render(console)
+        draw(result.report, console)
         if report is not None:
             write_report_file(result.report, report)
             say(console, f"report written to {report}")

@@ -49,10 +49,6 @@ class Deployment:
     def pids(self) -> set[int]:
         return {p["pid"] for p in self.processes}
 
-    def to_brief(self) -> list[dict[str, Any]]:
-        return [{"pid": p["pid"], "ppid": p["ppid"], "role": role_of(p), "rank": rank_of(p), "ranks": p.get("ranks", {}),
-                 "title": display_title(p), "state": p.get("state")} for p in self.processes]
-
 
 def role_of(proc: dict[str, Any]) -> str:
     """The role, inferring what titles cannot tell: zombies lose their cmdline (comm keeps 15 chars)."""

@@ -7,11 +7,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from vllmdiag.analysis.deployments import Deployment, find_deployments
-from vllmdiag.model import LAYERS, Finding, Snapshot, SnapshotError, Verdict
+from vllmdiag.analysis.reporting import deployment_reports
+from vllmdiag.model import LAYERS, DeploymentReport, Finding, Report, Snapshot, SnapshotError, Verdict
 
 Analyzer = Callable[[Snapshot, list[Deployment]], list[Finding]]
 STATUS_RANK = {"healthy": 0, "no-deployment": 1, "inconclusive": 2, "degraded": 3, "blocked": 4}
@@ -20,37 +20,12 @@ ESSENTIAL_PROBES = ("processes", "stacks")
 
 
 @dataclass
-class DeploymentReport:
+class Judged:
+    """A deployment (analysis' full view of it) and its verdict, before it becomes a model
+    ``DeploymentReport``: fleet analysis re-decides these after joining nodes."""
+
     deployment: Deployment
     verdict: Verdict
-
-    def to_dict(self) -> dict[str, Any]:
-        d = self.deployment
-        return {"id": d.id, "node": d.node, "root_pid": d.root_pid, "configured": d.configured,
-                "processes": d.to_brief(), "verdict": self.verdict.to_dict()}
-
-
-@dataclass
-class Report:
-    verdict: Verdict
-    deployments: list[DeploymentReport]
-    findings: list[Finding]
-    snapshots: list[Snapshot]
-    extra: dict[str, Any] = field(default_factory=dict)  # fleet sections, node list, watch rates
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "schema_version": 1,
-            "verdict": self.verdict.to_dict(),
-            "deployments": [d.to_dict() for d in self.deployments],
-            "findings": [f.to_dict() for f in self.findings],
-        }
-        out.update(self.extra)
-        if len(self.snapshots) == 1 and "nodes" not in self.extra:
-            out["snapshot"] = self.snapshots[0].to_dict()
-        else:
-            out["snapshots"] = [s.to_dict() for s in self.snapshots]
-        return out
 
 
 def layer_analyzers() -> list[tuple[str, Analyzer]]:
@@ -70,7 +45,7 @@ def layer_analyzers() -> list[tuple[str, Analyzer]]:
     return out
 
 
-def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[list[DeploymentReport], list[Finding]]:
+def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[list[Judged], list[Finding]]:
     try:
         deployments = find_deployments(snapshot)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
@@ -91,20 +66,28 @@ def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[
     ids = {d.id for d in deployments}
     if pids:  # node-level findings stay; other deployments' findings go
         findings = [f for f in findings if f.deployment is None or f.deployment in ids]
-    reports = [DeploymentReport(d, decide(snapshot, [f for f in findings if f.deployment == d.id], d.pids))
-               for d in deployments]
-    return reports, findings
+    judged = [Judged(d, decide(snapshot, [f for f in findings if f.deployment == d.id], d.pids)) for d in deployments]
+    return judged, findings
 
 
 def analyze(snapshots: list[Snapshot], pids: set[int] | None = None) -> Report:
+    judged: list[Judged] = []
     reports: list[DeploymentReport] = []
     findings: list[Finding] = []
     for snap in snapshots:
-        r, f = analyze_snapshot(snap, pids)
-        reports += r
+        j, f = analyze_snapshot(snap, pids)
+        judged += j
+        reports += to_model(snap, j)
         findings += f
-    return Report(verdict=overall(snapshots, reports, findings), deployments=reports, findings=findings,
+    return Report(verdict=overall(snapshots, judged, findings), deployments=reports, findings=findings,
                   snapshots=snapshots)
+
+
+def to_model(snapshot: Snapshot, judged: list[Judged]) -> list[DeploymentReport]:
+    try:
+        return deployment_reports(snapshot, [(j.deployment, j.verdict) for j in judged])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise SnapshotError(f"{snapshot.node}: malformed process or ring data ({type(exc).__name__}: {exc})") from None
 
 
 def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = None) -> Verdict:
@@ -131,7 +114,7 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
                    + (progress or "Progress not judged: no stacks, rings or metrics of it were sampled."))
 
 
-def overall(snapshots: list[Snapshot], reports: list[DeploymentReport], findings: list[Finding]) -> Verdict:
+def overall(snapshots: list[Snapshot], reports: list[Judged], findings: list[Finding]) -> Verdict:
     if not reports:
         blind = [b for s in snapshots for b in _blind_spots(s, essential=("processes",))]
         if blind:

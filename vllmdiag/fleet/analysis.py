@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from vllmdiag.analysis.engine import STATUS_RANK, DeploymentReport, Report, analyze_snapshot, decide, overall
+from vllmdiag.analysis.engine import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
 from vllmdiag.fleet import groups as rank_groups
 from vllmdiag.fleet.collective import compare_across_nodes
-from vllmdiag.fleet.fold import NodeView, fleet_verdict, fold_classes, gpu_cells
+from vllmdiag.fleet.fold import NodeView, fleet_verdict, fold_classes, gpu_cells, grid_rows
 from vllmdiag.fleet.outcome import NodeOutcome
-from vllmdiag.model import Finding, Snapshot, Verdict
+from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, Report, Snapshot, Verdict
 
 STATUS_OF_FAILED = "inconclusive"
 HEADLESS_FALSE_CODES = ("handshake.engine_endpoint_gone", "handshake.http_not_listening")
@@ -26,7 +26,7 @@ class _Node:
     name: str
     outcome: NodeOutcome
     snapshot: Snapshot | None = None
-    reports: list[DeploymentReport] = field(default_factory=list)
+    reports: list[Judged] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -54,13 +54,13 @@ def analyze_fleet(snapshots: list[Snapshot], node_status: Mapping[str, NodeOutco
     views = [_view(n) for n in sorted(nodes.values(), key=lambda n: n.name)]
     classes = fold_classes(views)
     verdict = fleet_verdict(views, classes)
-    extra = {
-        "nodes": [dict(v.outcome.to_dict(), verdict=v.verdict.status, gpus=v.gpus) for v in views],
-        "fleet": {"classes": classes, "groups": [{"key": g.key, "nodes": g.nodes, "nnodes": g.nnodes} for g in group_list]},
-    }
+    entries = [NodeEntry(name=v.name, status=v.outcome.status, reason=v.outcome.reason,
+                         duration_s=round(v.outcome.duration_s, 3), verdict=v.verdict.status, gpus=v.gpus) for v in views]
+    fleet = FleetSection(classes=classes, groups=[GroupBrief(g.key, g.nodes, g.nnodes) for g in group_list],
+                         grid=grid_rows(entries))
     return Report(verdict=verdict, deployments=[r for n in views for r in n.reports],
                   findings=[f for n in views for f in n.findings], snapshots=[n.snapshot for n in views if n.snapshot],
-                  extra=extra)
+                  nodes=entries, fleet=fleet)
 
 
 def _status_map(node_status: Mapping[str, NodeOutcome] | Iterable[NodeOutcome] | None) -> dict[str, NodeOutcome]:
@@ -88,8 +88,8 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
     for name in touched:
         node = nodes[name]
         assert node.snapshot is not None
-        node.reports = [DeploymentReport(r.deployment, decide(node.snapshot, [f for f in node.findings
-                                                                          if f.deployment == r.deployment.id]))
+        node.reports = [Judged(r.deployment, decide(node.snapshot, [f for f in node.findings
+                                                                  if f.deployment == r.deployment.id]))
                         for r in node.reports]
     return joined
 
@@ -123,8 +123,9 @@ def _view(node: _Node) -> NodeView:
                           evidence=[reason], confidence="low")
     else:
         verdict = overall([node.snapshot], node.reports, node.findings)
-    return NodeView(name=node.name, outcome=node.outcome, verdict=verdict, reports=node.reports, findings=node.findings,
-                    snapshot=node.snapshot, gpus=gpu_cells(node.reports, verdict, node.snapshot is not None))
+    reports = to_model(node.snapshot, node.reports) if node.snapshot is not None else []
+    return NodeView(name=node.name, outcome=node.outcome, verdict=verdict, reports=reports, findings=node.findings,
+                    snapshot=node.snapshot, gpus=gpu_cells(reports, verdict, node.snapshot is not None))
 
 
 __all__ = ["STATUS_RANK", "analyze_fleet", "is_fleet"]

@@ -7,7 +7,6 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from vllmdiag.api import TriageResult
 from vllmdiag.fleet.analysis import analyze_fleet, is_fleet
@@ -26,11 +25,6 @@ MIN_CONFIRM_S = 2.0
 class FleetResult(TriageResult):
     outcomes: list[NodeOutcome] = field(default_factory=list)
     wall_s: float = 0.0
-
-    def render(self, console: Any = None) -> None:
-        from vllmdiag.render.fleet_view import render_fleet
-
-        render_fleet(self.report, console)
 
 
 def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = True) -> FleetResult:
@@ -54,7 +48,7 @@ def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = Tru
         report = analyze_fleet([s for s in snaps.values() if s is not None], outcomes)
     report.verdict.next_steps = via_transport(report.verdict.next_steps, plan.transport)
     if plan.transport.exec_template:  # so a report's per-finding commands reach the nodes the same way
-        report.extra["exec_template"] = plan.transport.exec_template
+        report.exec_template = plan.transport.exec_template
     return FleetResult(report=report, outcomes=outcomes, wall_s=time.monotonic() - start)
 
 
@@ -77,9 +71,9 @@ def save(result: TriageResult, directory: Path) -> list[Path]:
         # Through vllmdiag.outfile: a planted symlink at <dir>/<node>.json is refused, never written through.
         write_output(path, json.dumps(snap.to_dict(), default=str) + "\n", "--save")
         written.append(path)
-    nodes = result.report.extra.get("nodes", [])
-    write_output(directory / NODES_FILE, json.dumps([{k: n.get(k) for k in ("name", "status", "reason", "duration_s")}
-                                                     for n in nodes]) + "\n", "--save")
+    nodes = result.report.nodes or []
+    write_output(directory / NODES_FILE, json.dumps([{"name": n.name, "status": n.status, "reason": n.reason,
+                                                      "duration_s": n.duration_s} for n in nodes]) + "\n", "--save")
     return written
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from vllmdiag.analysis.engine import Report
-from vllmdiag.model import Snapshot
+from vllmdiag.model import Report, Snapshot
 
 CONFIRM_CODES = ("fleet.rank_straggler", "fleet.collective_mismatch")
 CONFIRM_PROBES = ("processes", "stacks")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmdiag.analysis.engine import STATUS_RANK, DeploymentReport
+from vllmdiag.analysis.engine import STATUS_RANK
 from vllmdiag.fleet.outcome import NodeOutcome
-from vllmdiag.model import Culprit, Finding, Snapshot, Verdict
+from vllmdiag.model import Culprit, DeploymentReport, Finding, GridRow, NodeClass, NodeEntry, Snapshot, Verdict
 
 # One character per GPU (worker) in the grid: what the renderers colour.
 CELL_OK, CELL_CULPRIT, CELL_BLOCKED, CELL_DEGRADED, CELL_UNKNOWN = ".", "X", "b", "d", "?"
@@ -45,12 +45,11 @@ def gpu_cells(reports: list[DeploymentReport], verdict: Verdict, answered: bool)
     if not answered:
         return ""
     culprit_pids = {c.pid for r in reports for c in r.verdict.culprits if c.pid is not None}
-    culprit_ranks = {(r.deployment.id, c.rank) for r in reports for c in r.verdict.culprits if c.pid is None}
+    culprit_ranks = {(r.id, c.rank) for r in reports for c in r.verdict.culprits if c.pid is None}
     cells = []
     for r in reports:
-        for w in r.deployment.with_role("worker", "worker_starting"):
-            rank = (w.get("ranks") or {}).get("tp")
-            if w["pid"] in culprit_pids or (r.deployment.id, rank) in culprit_ranks:
+        for w in (p for p in r.processes if p.role in ("worker", "worker_starting")):
+            if w.pid in culprit_pids or (r.id, w.ranks.get("tp")) in culprit_ranks:
                 cells.append(CELL_CULPRIT)
             elif r.verdict.status == "blocked":
                 cells.append(CELL_BLOCKED)
@@ -73,31 +72,45 @@ def fold_names(names: list[str]) -> str:
     return ",".join(sorted(names))
 
 
-def fold_classes(views: list[NodeView]) -> list[dict[str, Any]]:
+def fold_classes(views: list[NodeView]) -> list[NodeClass]:
     by_sig: dict[tuple[Any, ...], list[NodeView]] = {}
     for v in views:
         by_sig.setdefault(v.signature(), []).append(v)
-    classes: list[dict[str, Any]] = []
+    ranked: list[tuple[int, NodeClass]] = []
     for members in by_sig.values():
         first = members[0]
         status = first.verdict.status if first.answered else first.outcome.status
         nodes = fold_names([m.name for m in members])
         summary = "No vLLM deployment found." if status == "no-deployment" else first.verdict.summary
         text = f"{nodes}: {summary}" if first.answered else f"{nodes} {status}: {summary}"
-        classes.append({"nodes": nodes, "count": len(members), "status": status, "layer": first.verdict.layer,
-                        "summary": summary, "text": text, "gpus": first.gpus, "rank": first.rank})
-    classes.sort(key=lambda c: (-int(c["rank"]), -int(c["count"]), str(c["nodes"])))
-    for c in classes:
-        del c["rank"]
-    return classes
+        ranked.append((first.rank, NodeClass(nodes=nodes, count=len(members), status=status, layer=first.verdict.layer,
+                                             summary=summary, text=text, gpus=first.gpus)))
+    ranked.sort(key=lambda rc: (-rc[0], -rc[1].count, rc[1].nodes))
+    return [c for _, c in ranked]
 
 
-def fleet_verdict(views: list[NodeView], classes: list[dict[str, Any]]) -> Verdict:
+GRID_ORDER = ("blocked", "degraded", "unreachable", "timeout", "error", "inconclusive", "no-deployment", "healthy")
+
+
+def grid_rows(nodes: list[NodeEntry]) -> list[GridRow]:
+    """Nodes with the same state and the same GPU picture, folded; worst first."""
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for n in nodes:
+        state = n.status if n.status != "ok" else (n.verdict or "ok")
+        reason = (n.reason or "").split(":")[0] if n.status != "ok" else ""
+        rows.setdefault((state, n.gpus or "", reason), []).append(n.name)
+    out = [GridRow(nodes=fold_names(names), count=len(names), state=state, gpus=gpus, reason=reason)
+           for (state, gpus, reason), names in rows.items()]
+    out.sort(key=lambda r: (GRID_ORDER.index(r.state) if r.state in GRID_ORDER else 0, -r.count))
+    return out
+
+
+def fleet_verdict(views: list[NodeView], classes: list[NodeClass]) -> Verdict:
     if not views:
         return Verdict(status="no-deployment", summary="No node to analyse.")
     counted = [v for v in views if v.verdict.status != "no-deployment"] or views
     worst = max(counted, key=lambda v: v.rank)
-    lines = [c["text"] if c["status"] not in ("healthy", "no-deployment") else f"{c['nodes']} {c['status']}" for c in classes]
+    lines = [c.text if c.status not in ("healthy", "no-deployment") else f"{c.nodes} {c.status}" for c in classes]
     if worst.verdict.status in ("healthy", "no-deployment"):
         status = worst.verdict.status
         empty = fold_names([v.name for v in views if v.verdict.status == "no-deployment"])
@@ -111,11 +124,11 @@ def fleet_verdict(views: list[NodeView], classes: list[dict[str, Any]]) -> Verdi
         same = [v for v in counted if not v.answered]
     culprits = _culprits(same)[:MAX_CULPRITS]
     head_nodes = fold_names([v.name for v in views if v.signature() == worst.signature()])
-    head = next(c for c in classes if c["nodes"] == head_nodes)
+    head = next(c for c in classes if c.nodes == head_nodes)
     others = [c for c in classes if c is not head]
-    summary = head["text"]
+    summary = head.text
     if others:
-        summary += " Elsewhere: " + "; ".join(f"{c['nodes']} {c['status']}" for c in others[:4]) + "."
+        summary += " Elsewhere: " + "; ".join(f"{c.nodes} {c.status}" for c in others[:4]) + "."
     steps = [f"on {worst.name}: {s}" for s in worst.verdict.next_steps]
     return Verdict(status=worst.verdict.status, layer=worst.verdict.layer, culprits=culprits, summary=summary,
                    evidence=lines[:12] + (worst.verdict.evidence[:6] if worst.answered else []), next_steps=steps[:8],

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis.engine import Report
+from vllmdiag.model import Report
 
 MAX_CONNECTIONS = 20
 
@@ -15,7 +15,7 @@ MAX_CONNECTIONS = 20
 def render(report: Report, console: Any) -> None:
     servers = []
     for snap in report.snapshots:
-        pids = {p for d in report.deployments if d.deployment.node == snap.node for p in d.deployment.pids}
+        pids = {p for d in report.deployments if d.node == snap.node for p in d.pids}
         servers += [s for s in snap.data("http").get("servers", []) if set(s.get("pids", [])) & pids]
     if not servers:
         return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis.engine import Report
+from vllmdiag.model import Report
 
 # A glyph per state, not only a colour: the grid must read the same without colour (logs, pipes, NO_COLOR).
 CELL_STYLE = {".": ("■", "green"), "X": ("✖", "bold red"), "b": ("▲", "red"), "d": ("◆", "yellow"), "?": ("?", "magenta")}
@@ -18,25 +18,8 @@ NODE_STYLE = {"healthy": "green", "blocked": "bold red", "degraded": "yellow", "
 MAX_ROWS = 40
 
 
-def grid_rows(report: Report) -> list[dict[str, Any]]:
-    """Nodes with the same status and the same GPU picture, folded; worst first."""
-    from vllmdiag.fleet.fold import fold_names
-
-    rows: dict[tuple[str, str, str], list[str]] = {}
-    for n in report.extra.get("nodes", []):
-        state = n["status"] if n["status"] != "ok" else n.get("verdict", "ok")
-        reason = (n.get("reason") or "").split(":")[0] if n["status"] != "ok" else ""
-        rows.setdefault((state, n.get("gpus") or "", reason), []).append(n["name"])
-    order = ["blocked", "degraded", "unreachable", "timeout", "error", "inconclusive", "no-deployment", "healthy"]
-    out: list[dict[str, Any]] = [
-        {"nodes": fold_names(names), "count": len(names), "state": state, "gpus": gpus, "reason": reason}
-        for (state, gpus, reason), names in rows.items()]
-    out.sort(key=lambda r: (order.index(r["state"]) if r["state"] in order else 0, -int(r["count"])))
-    return out
-
-
 def render(report: Report, console: Any) -> None:
-    if "nodes" not in report.extra:
+    if report.nodes is None or report.fleet is None:
         return
     from rich.table import Table
     from rich.text import Text
@@ -44,14 +27,14 @@ def render(report: Report, console: Any) -> None:
     table = Table(title="fleet: nodes x GPUs", show_header=True, header_style="bold", box=None)
     for col in ("nodes", "#", "state", "GPUs", "why"):
         table.add_column(col, overflow="fold")
-    rows = grid_rows(report)
+    rows = report.fleet.grid  # folded by fleet analysis (node sets, worst first)
     for r in rows[:MAX_ROWS]:
         cells = Text()
-        for ch in r["gpus"]:
+        for ch in r.gpus:
             glyph, style = CELL_STYLE.get(ch, ("■", "white"))
             cells.append(glyph, style=style)
-        table.add_row(Text(r["nodes"]), str(r["count"]), Text(r["state"], style=NODE_STYLE.get(r["state"], "")),
-                      cells if r["gpus"] else Text("-", style="dim"), Text(r["reason"], style="dim"))
+        table.add_row(Text(r.nodes), str(r.count), Text(r.state, style=NODE_STYLE.get(r.state, "")),
+                      cells if r.gpus else Text("-", style="dim"), Text(r.reason, style="dim"))
     if len(rows) > MAX_ROWS:
         table.add_row(f"... {len(rows) - MAX_ROWS} more classes", "", "", "", "")
     console.print(table)
@@ -59,13 +42,12 @@ def render(report: Report, console: Any) -> None:
     for ch, (glyph, style) in CELL_STYLE.items():
         legend.append(f"{glyph} {CELL_WORD[ch]}  ", style=style)
     console.print(legend)
-    classes = report.extra.get("fleet", {}).get("classes", [])
-    for c in classes:
-        if c["summary"] in report.verdict.summary:
+    for c in report.fleet.classes:
+        if c.summary in report.verdict.summary:
             continue  # the verdict said it already
-        if c["status"] not in ("healthy", "unreachable", "timeout", "error"):
-            line = Text(f"{c['nodes']} ", style="bold") + Text(c["status"], style=NODE_STYLE.get(c["status"], ""))
-            console.print(line + Text(f": {c['summary']}"))
+        if c.status not in ("healthy", "unreachable", "timeout", "error"):
+            line = Text(f"{c.nodes} ", style="bold") + Text(c.status, style=NODE_STYLE.get(c.status, ""))
+            console.print(line + Text(f": {c.summary}"))
 
 
 def render_fleet(report: Report, console: Any = None) -> None:
@@ -76,10 +58,10 @@ def render_fleet(report: Report, console: Any = None) -> None:
     console = console or make_console()
     console.print(verdict_panel(report.verdict))
     render(report, console)
-    failed = [n for n in report.extra.get("nodes", []) if n["status"] != "ok"]
+    failed = [n for n in report.nodes or [] if n.status != "ok"]
     for n in failed[:MAX_ROWS]:
-        console.print(f"[bold magenta]{_esc(n['name'])}[/] {_esc(n['status'])}: {_esc(n.get('reason') or '')}")
-    timing = timing_line(report.extra.get("nodes", []))
+        console.print(f"[bold magenta]{_esc(n.name)}[/] {_esc(n.status)}: {_esc(n.reason or '')}")
+    timing = timing_line([n.to_dict() for n in report.nodes or []])
     if timing:
         console.print(f"[dim]{_esc(timing)}[/]")
     if _verbose() and any(f.severity != "info" for f in report.findings):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis.engine import Report
+from vllmdiag.model import Report
 from vllmdiag.render.text import escape
 
 # "executing" is not green: the rank that never reached its peers' collective is usually executing.

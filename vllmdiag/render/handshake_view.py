@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis.engine import Report
+from vllmdiag.model import Report
 from vllmdiag.render.report_data import endpoint_note
 
 STATUS_STYLE = {"ok": "green", "timeout": "bold red", "refused": "red", "no_listener": "red", "closed": "yellow",
@@ -18,7 +18,7 @@ MAX_ROWS = 60
 def render(report: Report, console: Any) -> None:
     rows = []
     for snap in report.snapshots:
-        pids = {p for d in report.deployments if d.deployment.node == snap.node for p in d.deployment.pids}
+        pids = {p for d in report.deployments if d.node == snap.node for p in d.pids}
         ep = snap.data("endpoints")
         zmtp = {z.get("listener") or z["endpoint"]: z for z in ep.get("zmtp", [])}
         listeners = [(e["endpoint"], e["binders"], e["accepted"]) for e in ep.get("ipc", [])]

@@ -9,9 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from vllmdiag.analysis.deployments import role_of
-from vllmdiag.analysis.engine import Report
-from vllmdiag.model import Verdict
+from vllmdiag.model import Report, Verdict
 from vllmdiag.render.safe import clean, sanitize_report
 
 STATUS_STYLE = {"healthy": "bold green", "blocked": "bold red", "degraded": "bold yellow",
@@ -35,6 +33,16 @@ def make_console(file: Any = None) -> Any:
     from rich.console import Console
 
     return Console(file=file, highlight=False, soft_wrap=False)
+
+
+def draw(report: Report, console: Any = None) -> None:
+    """The whole screen for a report: the fleet picture for a sweep, the node picture otherwise."""
+    if report.is_fleet:
+        from vllmdiag.render.fleet_view import render_fleet
+
+        render_fleet(report, console)
+    else:
+        render_report(report, console)
 
 
 def render_report(report: Report, console: Any = None) -> None:
@@ -94,7 +102,7 @@ def _render_compact(report: Report, console: Any) -> None:
         compact.render(report.to_dict(), console)
     except Exception as exc:  # odd-typed snapshot data: the section says so, the verdict stays
         console.print(f"[dim](layer summary not shown: malformed data: {escape(type(exc).__name__)})[/]")
-    if "nodes" in report.extra:
+    if report.is_fleet:
         from vllmdiag.render import fleet_view
 
         fleet_view.render(report, console)
@@ -174,7 +182,7 @@ def deployment_tree(dep: dict[str, Any], fold: bool = False) -> Any:
         if p["pid"] in folded and folded[p["pid"]] is None:
             continue  # shown in its group's line
         parent = nodes.get(p["ppid"]) if p["ppid"] in pids else None
-        if fold and role_of(p) == "resource_tracker":  # its long `python -c ...` line says nothing more
+        if fold and _role(p) == "resource_tracker":  # its long `python -c ...` line says nothing more
             p = {**p, "title": "multiprocessing resource_tracker"}
         label = folded.get(p["pid"]) or _proc_label(p, p["pid"] in blamed)
         if parent is None and p["pid"] != dep["root_pid"]:
@@ -183,9 +191,13 @@ def deployment_tree(dep: dict[str, Any], fold: bool = False) -> Any:
     return tree
 
 
+def _role(p: dict[str, Any]) -> str:
+    return str(p.get("role") or "other")  # analysis inferred it (ProcessBrief.role); never recomputed here
+
+
 def _proc_label(p: dict[str, Any], culprit: bool) -> str:
     style = STATE_STYLE.get(str(p.get("state") or ""), "") or "default"
-    title = escape(p["title"] or role_of(p))
+    title = escape(p["title"] or _role(p))
     label = f"[{CULPRIT_STYLE}]{title}[/]" if culprit else title
     label += f"  pid {escape(p['pid'])}  [{style}]{escape(p.get('state'))}[/]"
     return label + ("  [bold red]◀ culprit[/]" if culprit else "")
@@ -196,7 +208,7 @@ def _fold_workers(procs: list[dict[str, Any]], blamed: set[Any]) -> dict[int, st
     groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for p in procs:
         ranks = p.get("ranks") or {}
-        if role_of(p) == "worker" and p["pid"] not in blamed and set(ranks) <= {"tp"} and "tp" in ranks:
+        if _role(p) == "worker" and p["pid"] not in blamed and set(ranks) <= {"tp"} and "tp" in ranks:
             groups.setdefault((p["ppid"], p.get("state")), []).append(p)
     out: dict[int, str | None] = {}
     for (_, state), alike in groups.items():

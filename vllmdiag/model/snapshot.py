@@ -1,4 +1,4 @@
-"""The snapshot contract: raw facts from probes, and the findings/verdicts computed from them.
+"""The snapshot contract: the raw facts probes collect on a node.
 
 Everything here round-trips through plain JSON without loss (``from_dict(to_dict(x)) == x``),
 because a snapshot written on a node must give the same verdict when analysed anywhere later.
@@ -9,16 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vllmdiag.model._check import SnapshotError
+from vllmdiag.model._check import expect_dict as _expect_dict
+
 SCHEMA_VERSION = 1
 
 PROBE_STATUSES = ("ok", "partial", "skipped", "error", "timeout")
-VERDICT_STATUSES = ("healthy", "blocked", "degraded", "no-deployment", "inconclusive")
-LAYERS = ("process", "handshake", "queue", "gpu", "client")
-SEVERITIES = ("info", "warning", "critical")
-
-
-class SnapshotError(ValueError):
-    """Input that is not a snapshot we can read: one line, shown to the user as is."""
 
 
 @dataclass
@@ -107,89 +103,6 @@ class Snapshot:
         )
 
 
-@dataclass
-class Culprit:
-    node: str
-    pid: int | None
-    role: str
-    rank: int | None
-    title: str
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Culprit:
-        return cls(
-            node=str(raw.get("node", "")),
-            pid=raw.get("pid"),
-            role=str(raw.get("role", "")),
-            rank=raw.get("rank"),
-            title=str(raw.get("title", "")),
-            reason=str(raw.get("reason", "")),
-        )
-
-
-@dataclass
-class Finding:
-    code: str
-    layer: str
-    severity: str
-    node: str
-    message: str
-    pids: list[int] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
-    deployment: str | None = None
-    # Who this finding blames, most responsible first; the verdict takes its culprits from here.
-    culprits: list[Culprit] = field(default_factory=list)
-
-    @property
-    def blocking(self) -> bool:
-        return self.severity == "critical"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["culprits"] = [c.to_dict() for c in self.culprits]
-        return out
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Finding:
-        return cls(
-            code=raw["code"],
-            layer=raw["layer"],
-            severity=raw["severity"],
-            node=raw["node"],
-            message=raw["message"],
-            pids=list(raw.get("pids", [])),
-            evidence=dict(raw.get("evidence", {})),
-            deployment=raw.get("deployment"),
-            culprits=[Culprit.from_dict(c) for c in raw.get("culprits", [])],
-        )
-
-
-@dataclass
-class Verdict:
-    status: str
-    layer: str | None = None
-    culprits: list[Culprit] = field(default_factory=list)
-    summary: str = ""
-    evidence: list[str] = field(default_factory=list)
-    next_steps: list[str] = field(default_factory=list)
-    confidence: str = "high"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "layer": self.layer,
-            "culprits": [c.to_dict() for c in self.culprits],
-            "summary": self.summary,
-            "evidence": list(self.evidence),
-            "next_steps": list(self.next_steps),
-            "confidence": self.confidence,
-        }
-
-
 MAX_PASSES = 256
 
 
@@ -204,9 +117,3 @@ def _passes(raw: Any, where: str) -> list[Snapshot]:
             raise SnapshotError(f"{where}.passes[{i}]: a follow-up pass cannot hold passes of its own")
         out.append(Snapshot.from_dict(item, f"{where}.passes[{i}]"))
     return out
-
-
-def _expect_dict(raw: Any, where: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise SnapshotError(f"{where}: expected a JSON object, got {type(raw).__name__}")
-    return raw

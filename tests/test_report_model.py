@@ -1,0 +1,177 @@
+"""The verdict contract is a model: a report round-trips through JSON, a saved report is drawn again
+as it was written, an older report is analysed again from its snapshots, a bad one is bad input."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from vllmdiag.api import analyze_files, load_snapshots
+from vllmdiag.fleet.analysis import analyze_fleet
+from vllmdiag.fleet.outcome import NodeOutcome
+from vllmdiag.model import Report, SnapshotError
+from vllmdiag.render.text import draw
+
+REAL = Path(__file__).parent / "data" / "vllm-real"
+OLD_REPORT = Path(__file__).parent / "data" / "reports" / "old-report-d-sigstop.json"
+SNAPS = sorted(REAL.glob("snap-*.json"))
+
+
+def _json_round_trip(report: Report) -> tuple[dict[str, Any], Report]:
+    raw = json.loads(json.dumps(report.to_dict(), default=str))
+    return raw, Report.from_dict(raw)
+
+
+@pytest.mark.parametrize("path", SNAPS, ids=lambda p: p.stem)
+def test_node_report_round_trips(path: Path) -> None:
+    report = analyze_files([path]).report
+    raw, again = _json_round_trip(report)
+    assert again == report
+    assert again.to_dict() == raw
+    # What render needs is carried, not recomputed: ring writers/readers are pids of the deployment.
+    for dep in again.deployments:
+        for ring in dep.rings:
+            assert all(pid is None or pid in dep.pids for pid in [ring.writer, *ring.readers])
+
+
+def test_fleet_report_round_trips() -> None:
+    a, b = (load_snapshots(REAL / name)[0] for name in ("snap-a-healthy.json", "snap-b-worker-tp2-stuck.json"))
+    a.node, b.node = "gpu01", "gpu02"
+    report = analyze_fleet([a, b], [NodeOutcome("gpu01", "ok", None, 1.0), NodeOutcome("gpu02", "ok", None, 1.2),
+                                    NodeOutcome("gpu03", "unreachable", "connection refused", 5.0)])
+    assert report.is_fleet and report.fleet is not None and report.fleet.grid
+    raw, again = _json_round_trip(report)
+    assert again == report and again.to_dict() == raw
+    assert [n["name"] for n in raw["nodes"]] == ["gpu01", "gpu02", "gpu03"]
+    assert {r["state"] for r in raw["fleet"]["grid"]} == {"blocked", "healthy", "unreachable"}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vllmdiag", *args], capture_output=True, text=True, timeout=120,
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1])})
+
+
+def test_saved_report_is_drawn_again(tmp_path: Path) -> None:
+    first = _cli("analyze", str(REAL / "snap-b-worker-tp2-stuck.json"), "--json")
+    assert first.returncode == 1, first.stderr
+    saved = tmp_path / "report.json"
+    saved.write_text(first.stdout)
+    again = _cli("analyze", str(saved), "--json")
+    assert (again.returncode, again.stdout) == (1, first.stdout)
+    view = _cli("analyze", str(saved), "-v")
+    assert view.returncode == 1 and "BLOCKED" in view.stdout and "TP2 10/10" in view.stdout
+
+
+def test_a_report_is_drawn_as_written_not_recomputed(tmp_path: Path) -> None:
+    raw = analyze_files([REAL / "snap-a-healthy.json"]).report.to_dict()
+    raw["verdict"]["summary"] = "written by an earlier analysis"
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps(raw))
+    assert analyze_files([saved]).report.verdict.summary == "written by an earlier analysis"
+    # --pid asks for a new analysis: the snapshot inside is analysed again.
+    pid = raw["deployments"][0]["root_pid"]
+    assert analyze_files([saved], [pid]).report.verdict.summary != "written by an earlier analysis"
+
+
+def test_old_report_is_analysed_again_from_its_snapshot() -> None:
+    """A report written before the model (no ring roles in it) still reads: its snapshot is analysed."""
+    old = json.loads(OLD_REPORT.read_text())
+    assert "rings" not in old["deployments"][0]
+    report = analyze_files([OLD_REPORT]).report
+    fresh = analyze_files([REAL / "snap-d-worker-tp1-sigstop.json"]).report
+    assert report.to_dict() == fresh.to_dict()
+    new, was = report.verdict.to_dict(), old["verdict"]
+    assert (new["status"], new["layer"], new["culprits"]) == (was["status"], was["layer"], was["culprits"])
+
+
+def _good_report() -> dict[str, Any]:
+    return analyze_files([REAL / "snap-b-worker-tp2-stuck.json"]).report.to_dict()
+
+
+def _bad(raw: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(raw)
+    target = out
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return out
+
+
+@pytest.mark.parametrize("path,value", [
+    (["verdict", "status"], "bogus"),
+    (["verdict"], "blocked"),
+    (["deployments", 0, "verdict"], None),
+    (["deployments", 0, "processes", 0, "pid"], "12"),
+    (["deployments", 0, "rings", 0, "readers"], ["a"]),
+    (["findings", 0, "severity"], "fatal"),
+    (["findings", 0, "culprits"], [3]),
+    (["schema_version"], 7),
+])
+def test_bad_report_is_bad_input(tmp_path: Path, path: list[Any], value: Any) -> None:
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(_bad(_good_report(), path, value)))
+    with pytest.raises(SnapshotError):
+        analyze_files([f])
+
+
+def test_bad_report_cli_one_line_exit_2(tmp_path: Path) -> None:
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(_bad(_good_report(), ["verdict", "culprits"], [{"pid": "x"}])))
+    out = _cli("analyze", str(f))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.text(max_size=12),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3),
+    max_leaves=10)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(where=st.lists(st.integers(0, 30), min_size=1, max_size=5), value=JSONISH)
+def test_corrupted_report_is_drawn_or_refused(tmp_path: Path, where: list[int], value: Any) -> None:
+    """Untrusted reports: a corrupted one is refused (SnapshotError) or drawn; drawing never crashes."""
+    raw = _good_report()
+    target: Any = raw
+    for i in where[:-1]:
+        keys = list(target) if isinstance(target, dict) else list(range(len(target))) if isinstance(target, list) else []
+        if not keys or not isinstance(target[keys[i % len(keys)]], (dict, list)):
+            break
+        target = target[keys[i % len(keys)]]
+    keys = list(target) if isinstance(target, dict) else list(range(len(target)))
+    if keys:
+        target[keys[where[-1] % len(keys)]] = value
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(raw))
+    try:
+        result = analyze_files([f])
+    except SnapshotError:
+        return
+    draw(result.report, Console(file=io.StringIO(), width=160))
+    result.to_json()
+
+
+def test_report_section_render_cannot_draw_keeps_the_verdict(tmp_path: Path) -> None:
+    """Drawn as written, a report's probe data is not checked by analysis: a section render cannot
+    draw says so in one line; the verdict and the exit code stay."""
+    raw = _good_report()
+    for f in raw["findings"]:
+        if f["code"] == "gpu.stack_classes":
+            f["evidence"] = {"stack_classes": [1]}
+    raw["snapshot"]["probes"]["rings"]["data"] = {"rings": [{"name": raw["deployments"][0]["rings"][0]["name"],
+                                                            "geometry": "x"}]}
+    f = tmp_path / "evil.json"
+    f.write_text(json.dumps(raw))
+    out = _cli("analyze", str(f), "-v")
+    assert out.returncode == 1 and "BLOCKED" in out.stdout and "Traceback" not in out.stderr + out.stdout
+    assert "queue view not shown" in out.stdout and "gpu view not shown" in out.stdout

@@ -1,0 +1,171 @@
+"""The verdict contract as a model: what ``triage --json``/``analyze --json``/``sweep --json`` print
+(DESIGN.md "Output contract"). Analysis builds a ``Report``; render draws one and never recomputes it;
+``Report.from_dict(report.to_dict()) == report``, so a saved report can be drawn again anywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllmdiag.model import _check as c
+from vllmdiag.model.fleet import FleetSection, NodeEntry
+from vllmdiag.model.snapshot import Snapshot
+from vllmdiag.model.verdict import Finding, Verdict
+
+REPORT_SCHEMA_VERSION = 1
+
+
+@dataclass
+class ProcessBrief:
+    """One process of a deployment as analysis sees it: role and rank inferred, title for display."""
+
+    pid: int
+    ppid: int
+    role: str
+    rank: int | None
+    title: str
+    state: str | None = None
+    ranks: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "ppid": self.ppid, "role": self.role, "rank": self.rank, "ranks": dict(self.ranks),
+                "title": self.title, "state": self.state}
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> ProcessBrief:
+        obj = c.expect_dict(raw, where)
+        ranks = c.expect_dict(obj.get("ranks") or {}, f"{where}.ranks")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ranks.values()):
+            raise c.SnapshotError(f"{where}.ranks: expected integers")
+        return cls(pid=c.integer(obj, "pid", where), ppid=c.integer(obj, "ppid", where),
+                   role=c.text(obj, "role", where, "other"), rank=c.opt_int(obj, "rank", where),
+                   title=c.text(obj, "title", where, ""), state=c.opt_text(obj, "state", where),
+                   ranks={str(k): v for k, v in ranks.items()})
+
+
+@dataclass
+class RingView:
+    """Who writes and who reads one shm ring (vllm-internals 1.12), as pids of the deployment; the ring's
+    sampled numbers stay in the snapshot's ``rings`` data under the same ``name``."""
+
+    name: str
+    role: str  # rpc_broadcast_mq | worker_response_mq | group_broadcaster | unknown
+    writer: int | None = None
+    readers: list[int | None] = field(default_factory=list)  # index = reader flag index
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "writer": self.writer, "readers": list(self.readers)}
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> RingView:
+        obj = c.expect_dict(raw, where)
+        readers = c.expect_list(obj.get("readers", []), f"{where}.readers")
+        if not all(r is None or (isinstance(r, int) and not isinstance(r, bool)) for r in readers):
+            raise c.SnapshotError(f"{where}.readers: expected pids or nulls")
+        return cls(name=c.text(obj, "name", where), role=c.text(obj, "role", where, "unknown"),
+                   writer=c.opt_int(obj, "writer", where), readers=list(readers))
+
+
+@dataclass
+class DeploymentReport:
+    id: str
+    node: str
+    root_pid: int
+    verdict: Verdict
+    processes: list[ProcessBrief] = field(default_factory=list)
+    configured: dict[str, int] = field(default_factory=dict)  # parallel sizes the API server's argv states
+    rings: list[RingView] = field(default_factory=list)
+
+    @property
+    def pids(self) -> set[int]:
+        return {p.pid for p in self.processes}
+
+    def process(self, pid: int | None) -> ProcessBrief | None:
+        return next((p for p in self.processes if p.pid == pid), None) if pid is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "node": self.node, "root_pid": self.root_pid, "configured": dict(self.configured),
+                "processes": [p.to_dict() for p in self.processes], "verdict": self.verdict.to_dict(),
+                "rings": [r.to_dict() for r in self.rings]}
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> DeploymentReport:
+        obj = c.expect_dict(raw, where)
+        configured = c.expect_dict(obj.get("configured", {}), f"{where}.configured")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in configured.values()):
+            raise c.SnapshotError(f"{where}.configured: expected integers")
+        return cls(id=c.text(obj, "id", where), node=c.text(obj, "node", where),
+                   root_pid=c.integer(obj, "root_pid", where), verdict=Verdict.from_dict(obj.get("verdict"), f"{where}.verdict"),
+                   processes=_items(obj, "processes", ProcessBrief.from_dict, where),
+                   configured={str(k): v for k, v in configured.items()},
+                   rings=_items(obj, "rings", RingView.from_dict, where))
+
+
+@dataclass
+class Report:
+    verdict: Verdict
+    deployments: list[DeploymentReport]
+    findings: list[Finding]
+    snapshots: list[Snapshot]
+    # A sweep's sections (None for one node): how each node answered, folded classes, the GPU grid.
+    nodes: list[NodeEntry] | None = None
+    fleet: FleetSection | None = None
+    # How the sweep reached its nodes (``--exec`` template, ``%h`` = node), so a report's read-only
+    # commands can be aimed at a node the same way; None for ssh or one node.
+    exec_template: str | None = None
+
+    @property
+    def is_fleet(self) -> bool:
+        return self.nodes is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema_version": REPORT_SCHEMA_VERSION,
+            "verdict": self.verdict.to_dict(),
+            "deployments": [d.to_dict() for d in self.deployments],
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        if self.nodes is not None:
+            out["nodes"] = [n.to_dict() for n in self.nodes]
+            out["fleet"] = (self.fleet or FleetSection()).to_dict()
+        if self.exec_template is not None:
+            out["exec_template"] = self.exec_template
+        if len(self.snapshots) == 1 and self.nodes is None:
+            out["snapshot"] = self.snapshots[0].to_dict()
+        else:
+            out["snapshots"] = [s.to_dict() for s in self.snapshots]
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "report") -> Report:
+        obj = c.expect_dict(raw, where)
+        if obj.get("schema_version") != REPORT_SCHEMA_VERSION:
+            raise c.SnapshotError(f"{where}: report schema_version {obj.get('schema_version')!r} is not supported")
+        if "snapshot" in obj:
+            snaps = [Snapshot.from_dict(obj["snapshot"], f"{where}.snapshot")]
+        else:
+            snaps = _items(obj, "snapshots", Snapshot.from_dict, where)
+        nodes = _items(obj, "nodes", NodeEntry.from_dict, where) if "nodes" in obj else None
+        fleet = FleetSection.from_dict(obj.get("fleet", {}), f"{where}.fleet") if nodes is not None else None
+        return cls(verdict=Verdict.from_dict(obj.get("verdict"), f"{where}.verdict"),
+                   deployments=_items(obj, "deployments", DeploymentReport.from_dict, where),
+                   findings=_items(obj, "findings", Finding.from_dict, where), snapshots=snaps, nodes=nodes, fleet=fleet,
+                   exec_template=c.opt_text(obj, "exec_template", where))
+
+
+def is_report(raw: Any) -> bool:
+    """A triage/analyze/sweep JSON output (as opposed to a bare snapshot)."""
+    return isinstance(raw, dict) and "verdict" in raw and ("snapshot" in raw or "snapshots" in raw)
+
+
+def is_drawable(raw: dict[str, Any]) -> bool:
+    """Written by a vllmdiag that carries everything render needs (ring roles, the fleet grid); an older
+    report is analysed again from the snapshots it embeds instead, as ``analyze`` always did."""
+    deps = raw.get("deployments")
+    fleet = raw.get("fleet")
+    return (isinstance(deps, list) and all(isinstance(d, dict) and "rings" in d for d in deps)
+            and ("nodes" not in raw or (isinstance(fleet, dict) and "grid" in fleet)))
+
+
+def _items(obj: dict[str, Any], key: str, read: Any, where: str) -> list[Any]:
+    return [read(x, f"{where}.{key}[{i}]") for i, x in enumerate(c.expect_list(obj.get(key, []), f"{where}.{key}"))]
