@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from conftest import _COUNTER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def _render_all(report: Any) -> None:
+    _COUNTER.case()  # each rendered example is a reliability case (a crash fails the test)
     render_report(report, make_console(io.StringIO()))
     assert isinstance(to_markdown(report), str)
     assert isinstance(to_html(report), str)

@@ -94,7 +94,7 @@ def test_blind_triage_of_a_healthy_deployment_is_inconclusive_never_blocked(reli
     assert all(probes["sockets"]["data"]["socket_fds"][str(p)] is None for p in ours)  # unknown, never 0
 
 
-def test_rings_probe_says_which_mappers_it_could_not_see(tmp_path: Any) -> None:
+def test_rings_probe_says_which_mappers_it_could_not_see(tmp_path: Any, reliability: Any) -> None:
     """A ring segment we may not open (another user's, mode 0600) makes the rings probe partial with
     its mappers as unreadable pids, never an empty "no rings" (issue 15 item 4)."""
     from pathlib import Path
@@ -122,6 +122,7 @@ def test_rings_probe_says_which_mappers_it_could_not_see(tmp_path: Any) -> None:
         " 'data': out.data if isinstance(out, Partial) else out}))\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run([*DROP, sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    reliability.case(traceback="Traceback" in out.stderr)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["partial"] and "permission denied" in doc["reason"] and "CAP_SYS_PTRACE" in doc["reason"]
