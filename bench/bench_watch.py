@@ -9,7 +9,11 @@ Then the latency: a healthy streaming TP=8 deployment gets the straggler fault w
 runs; reported: inject -> the saved snapshot's collection time, and inject -> the STALL line,
 next to the bound interval + confirm. Never asserted in tests.
 
-    python bench/bench_watch.py [--tp 8] [--duration 60] [--interval 5] [--confirm 10]
+By default the deployment is a simulated *node*: its own PID + mount namespace (own /proc, own
+/dev/shm), and the watcher runs inside it (nsenter), so it sees that node's processes only, as on a
+real TP=8 node; `--host` measures on this machine as it is (with whatever else runs on it).
+
+    python bench/bench_watch.py [--tp 8] [--duration 60] [--interval 5] [--confirm 10] [--host]
 """
 
 from __future__ import annotations
@@ -70,9 +74,10 @@ def _cpu_total(url: str) -> float:
     return _scrape(url, "vllmdiag_watch_cpu_seconds_total") + _scrape(url, "vllmdiag_watch_children_cpu_seconds_total")
 
 
-def _start(args: argparse.Namespace, out: Path, select: str, confirm: float) -> tuple[subprocess.Popen[str], str, list[str]]:
-    argv = [sys.executable, "-m", "vllmdiag", "watch", "--out", str(out), "--interval", str(args.interval),
-            "--confirm", str(confirm), "--metrics-port", "0", "--select", select]
+def _start(args: argparse.Namespace, out: Path, prefix: list[str],
+           confirm: float) -> tuple[subprocess.Popen[str], str, list[str]]:
+    argv = [*prefix, sys.executable, "-m", "vllmdiag", "watch", "--out", str(out), "--interval", str(args.interval),
+            "--confirm", str(confirm), "--metrics-port", "0", *args.select]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     lines: list[str] = []
     url: list[str] = []
@@ -91,9 +96,9 @@ def _start(args: argparse.Namespace, out: Path, select: str, confirm: float) -> 
     return proc, url[0], lines
 
 
-def end_to_end(args: argparse.Namespace, select: str) -> dict[str, float]:
+def end_to_end(args: argparse.Namespace, prefix: list[str]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
-        proc, url, _ = _start(args, Path(out), select, args.confirm)
+        proc, url, _ = _start(args, Path(out), prefix, args.confirm)
         try:
             while _scrape(url, "vllmdiag_watch_passes_total") < 1:
                 time.sleep(0.1)
@@ -107,9 +112,9 @@ def end_to_end(args: argparse.Namespace, select: str) -> dict[str, float]:
     return {"cpu_fraction_of_one_core": (cpu1 - cpu0) / (t1 - t0), "passes": passes}
 
 
-def latency(args: argparse.Namespace, dep: Deployment, select: str) -> dict[str, float]:
+def latency(args: argparse.Namespace, dep: Deployment, prefix: list[str]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
-        proc, url, lines = _start(args, Path(out), select, args.confirm)
+        proc, url, lines = _start(args, Path(out), prefix, args.confirm)
         try:
             time.sleep(2 * args.interval)  # it has seen the deployment moving
             dep.inject("straggler", dep.tp - 1)
@@ -129,6 +134,20 @@ def latency(args: argparse.Namespace, dep: Deployment, select: str) -> dict[str,
             "bound_interval_plus_confirm_s": args.interval + args.confirm, "verdict_line": line.strip()}  # type: ignore[dict-item]
 
 
+def _inner(prefix: list[str], args: argparse.Namespace) -> dict[str, float]:
+    """in_process() run where the watcher would run (inside the node's namespaces)."""
+    argv = [*prefix, sys.executable, str(Path(__file__).resolve()), "--inner", str(args.passes), *args.select]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=ENV, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _prefix(dep: Deployment, host: bool) -> list[str]:
+    if host:
+        return []
+    init = Path(f"/proc/{dep.launcher_pid}/task/{dep.launcher_pid}/children").read_text().split()[0]
+    return ["nsenter", f"--pid=/proc/{init}/ns/pid", f"--mount=/proc/{init}/ns/mnt", "--"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tp", type=int, default=8)
@@ -136,23 +155,33 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=5.0)
     ap.add_argument("--confirm", type=float, default=10.0)
     ap.add_argument("--passes", type=int, default=20)
+    ap.add_argument("--host", action="store_true", help="no node namespace: watch this machine as it is")
+    ap.add_argument("--inner", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("select", nargs="*", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.inner is not None:
+        sel = dict(s.split("=", 1) for s in args.select if "=" in s)
+        print(json.dumps(in_process(args.inner, sel)))
+        return
     rpc = tempfile.mkdtemp(prefix="bench-watch-rpc-")
     os.environ["VLLM_RPC_BASE_PATH"] = ENV["VLLM_RPC_BASE_PATH"] = rpc
-    select = f"VLLM_RPC_BASE_PATH={rpc}"
-    rows: dict[str, object] = {"tp": args.tp, "interval_s": args.interval}
+    # On the host, other deployments may run: watch only ours. In a node namespace there is no other.
+    args.select = ["--select", f"VLLM_RPC_BASE_PATH={rpc}"] if args.host else []
+    rows: dict[str, object] = {"tp": args.tp, "interval_s": args.interval, "node_namespace": not args.host}
     for fault in ("healthy", "healthy-load"):
-        with Deployment.up(tp=args.tp, fault=fault) as dep:
-            inp = in_process(args.passes, {"VLLM_RPC_BASE_PATH": rpc})
-            e2e = end_to_end(args, select)
+        with Deployment.up(tp=args.tp, fault=fault, namespace=not args.host) as dep:
+            prefix = _prefix(dep, args.host)
+            inp = _inner(prefix, argparse.Namespace(passes=args.passes,
+                                                    select=[a.removeprefix("--select") for a in args.select[1:]]))
+            e2e = end_to_end(args, prefix)
             rows[fault] = {**inp, "cpu_fraction_at_interval": inp["cpu_per_pass_s"] / args.interval, **e2e}
             print(f"{fault:13s} TP={args.tp}: {inp['cpu_per_pass_s'] * 1000:.1f} ms CPU per pass "
                   f"({inp['wall_per_pass_s'] * 1000:.0f} ms wall) = {100 * inp['cpu_per_pass_s'] / args.interval:.2f}% "
                   f"of one core at {args.interval:g} s; real watcher over {args.duration:g} s: "
-                  f"{100 * e2e['cpu_fraction_of_one_core']:.2f}% ({e2e['passes']:.0f} passes); the machine had "
-                  f"{inp['vllm_processes']} vLLM processes and {inp['pids']} pids")
+                  f"{100 * e2e['cpu_fraction_of_one_core']:.2f}% ({e2e['passes']:.0f} passes); it saw "
+                  f"{inp['vllm_processes']:.0f} vLLM processes and {inp['pids']:.0f} pids")
             if fault == "healthy-load":
-                lat = latency(args, dep, select)
+                lat = latency(args, dep, prefix)
                 rows["latency"] = lat
                 print(f"hang -> snapshot {lat['inject_to_snapshot_s']:.1f} s, -> saved "
                       f"{lat['inject_to_saved_line_s']:.1f} s (bound interval + confirm = "

@@ -57,6 +57,9 @@ def watch_command(
         raise UsageError("--report-format must be html or md")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise UsageError("--metrics-port must be between 0 and 65535")
+    if _under(out, Path("/dev/shm")):
+        # vLLM's rings live in this tmpfs and fail when it fills: the watcher never writes there.
+        raise UsageError(f"--out {out}: not under /dev/shm (the target's shared memory); use a disk directory")
     cfg = WatchConfig(out_dir=out, interval_s=interval, confirm_s=confirm, keep=keep, max_bytes=parse_size(max_bytes),
                       report_suffix="." + report_format, hook_timeout_s=on_stall_timeout,
                       on_stall=hooks.parse_command(on_stall) if on_stall is not None else None,
@@ -111,3 +114,8 @@ def parse_select(items: list[str]) -> dict[str, str]:
             raise UsageError(f"--select {item!r}: use NAME=VALUE (an environment variable of the deployment)")
         out[key] = value
     return out
+
+
+def _under(path: Path, top: Path) -> bool:
+    resolved = path.resolve()
+    return resolved == top.resolve() or top.resolve() in resolved.parents
