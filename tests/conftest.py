@@ -3,6 +3,7 @@ simulator's own fixtures."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -157,11 +158,26 @@ def _sim_processes(marker: str) -> list[int]:
     return out
 
 
-def _psm_segments() -> set[str]:
-    try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
-    except OSError:
-        return set()
+def _our_segments(base: Path) -> set[str]:
+    """psm_* names the simulator recorded under this session's own state dirs (rings its processes
+    created, leaks it planted). Only these may be removed: other runs and real deployments share
+    /dev/shm, and an unmapped segment of theirs is not ours to delete."""
+    names: set[str] = set()
+    for record in [*base.rglob("segments.txt"), *base.rglob("state.json")]:
+        try:
+            text = record.read_text(errors="replace")
+        except OSError:
+            continue
+        if record.name == "state.json":
+            try:
+                data = json.loads(text)
+            except ValueError:
+                continue
+            found = data.get("leaked", []) + data.get("leaked_segments", []) if isinstance(data, dict) else []
+        else:
+            found = text.split()
+        names.update(n for n in found if isinstance(n, str) and n.startswith("psm_") and "/" not in n)
+    return names
 
 
 def _mapped_shm() -> set[str]:
@@ -185,7 +201,6 @@ def _session_cleanup(tmp_path_factory: pytest.TempPathFactory) -> Any:
     state.mkdir(exist_ok=True)
     old = os.environ.get("VLLMDIAG_SIM_STATE")
     os.environ["VLLMDIAG_SIM_STATE"] = str(state)
-    before = _psm_segments()
     yield
     if old is None:
         os.environ.pop("VLLMDIAG_SIM_STATE", None)
@@ -205,7 +220,9 @@ def _session_cleanup(tmp_path_factory: pytest.TempPathFactory) -> Any:
         except OSError:
             pass
     mapped = _mapped_shm()
-    for name in sorted(_psm_segments() - before - mapped):
+    for name in sorted(_our_segments(base) - mapped):
+        if not os.path.exists(f"/dev/shm/{name}"):
+            continue
         _LEFTOVERS.append(f"/dev/shm/{name}")
         try:
             os.unlink(f"/dev/shm/{name}")
