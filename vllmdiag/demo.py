@@ -44,6 +44,7 @@ class Injected:
     clients: list[int] = field(default_factory=list)
     root_pid: int = 0
     tp: int = 0
+    client_port: int | None = None  # the stalled client's own port (its pid may be out of a node's sight)
 
 
 def check_fault(fault: str, tp: int, rank: int | None) -> None:
@@ -71,17 +72,16 @@ def demo(fault: str = "straggler", tp: int = 4, rank: int | None = None, report:
     from vllmdiag import api
     from vllmdiag.render.text import draw, make_console
     from vllmdiag_sim.deployment import Deployment
-    from vllmdiag_sim.faults import FAULTS, RANKED
+    from vllmdiag_sim.faults import FAULTS
 
     check_fault(fault, tp, rank)
     console = console or make_console()
-    if fault in RANKED and rank is None:
-        rank = tp - 1
+    rank = default_rank(fault, tp, rank)
     with teardown_on_sigterm():
         say(console, f"starting a simulated vLLM 0.33 deployment: `vllm serve facebook/opt-125m "
                      f"--tensor-parallel-size {tp}` (real processes, shared-memory rings, ZMQ, HTTP) ...")
-        start_fault = fault if fault == "shm-small" else "healthy"  # shm-small exists only from the start
-        with Deployment.up(tp=tp, fault=start_fault) as dep:
+        start = fault in start_faults()  # in place from launch (a small /dev/shm, a rank stuck in NCCL init)
+        with Deployment.up(tp=tp, fault=fault if start else "healthy", rank=rank if start else None) as dep:
             say(console, f"up: API server pid {dep.root_pid}, EngineCore pid {dep.engine_pid()}, "
                          f"workers {_workers(dep)}")
             injected = inject(dep, fault, rank)
@@ -103,6 +103,20 @@ def demo(fault: str = "straggler", tp: int = 4, rank: int | None = None, report:
         return int(result.exit_code)
 
 
+def default_rank(fault: str, tp: int, rank: int | None) -> int | None:
+    """The rank a rank-aimed fault hits unless told: the last (as `vllmdiag sim` does)."""
+    from vllmdiag_sim.faults import EXPECTED, RANKED
+
+    aimed = fault in RANKED or EXPECTED.get(fault, ("", None, None))[2] == "worker"
+    return tp - 1 if aimed and rank is None else rank
+
+
+def start_faults() -> set[str]:
+    from vllmdiag_sim import faults
+
+    return set(getattr(faults, "START_FAULTS", {"shm-small"}))
+
+
 def write_report_file(report: Any, path: Path) -> None:
     from vllmdiag.outfile import write_output
     from vllmdiag.render.files import report_text
@@ -116,19 +130,30 @@ def inject(dep: Any, fault: str, rank: int | None) -> Injected:
     who = EXPECTED[fault][2]
     pid: int | None = None
     if rank is not None:
-        pid = dep.worker_pid(rank)  # before the fault: a killed worker is no longer listed
+        pid = _worker_pid(dep, rank)  # before the fault: a killed worker is no longer listed
     elif who == "engine_core":
         pid = dep.engine_pid()
     elif who == "api_server":
         pid = dep.root_pid
-    if fault not in ("healthy", "shm-small"):
+    if fault != "healthy" and fault not in start_faults():
         dep.inject(fault, rank)
     clients = list(dep.pids_by_role.get("client", []))
     if who == "client" and clients:
         pid = clients[-1]
     title = {"engine_core": "VLLM::EngineCore", "api_server": "the API server", "client": "the HTTP client",
              "group": f"the whole TP group (TP0-TP{dep.tp - 1})"}.get(who or "", f"VLLM::Worker_TP{rank}")
-    return Injected(fault, rank, pid, title, EXPECTED[fault], clients, dep.root_pid, dep.tp)
+    ports = [int(a.name.rsplit("-", 1)[1]) for a in (dep.path / "acks").glob("client-stalled-*")]
+    return Injected(fault, rank, pid, title, EXPECTED[fault], clients, dep.root_pid, dep.tp, ports[0] if ports else None)
+
+
+def _worker_pid(dep: Any, rank: int) -> int | None:
+    from vllmdiag_sim.deployment import SimError
+
+    try:
+        return int(dep.worker_pid(rank))
+    except SimError:  # stuck before it took its rank title (init-odd-rank): the one untitled worker
+        untitled = [p["pid"] for p in dep.processes if p["role"] == "worker" and p.get("rank") is None]
+        return int(untitled[0]) if len(untitled) == 1 else None
 
 
 def _workers(dep: Any) -> str:
@@ -184,7 +209,10 @@ def blames(c: dict[str, Any], inj: Injected) -> bool:
     if who == "api_server":
         return c.get("role") == "api_server" and c.get("pid") == inj.root_pid
     if who == "client":
-        return c.get("role") == "client" or c.get("pid") in inj.clients
+        # A node in its own PID namespace cannot see a client on the host: then the connection names it.
+        port = inj.client_port
+        by_port = port is not None and str(c.get("title") or "").endswith(f":{port}")
+        return c.get("role") in ("client", "http_client") and (c.get("pid") in inj.clients or by_port)
     if who == "group":
         if inj.tp == 1:
             return c.get("role") == "engine_core"

@@ -20,22 +20,33 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.cli_errors import UsageError
-from vllmdiag.demo import Injected, check_fault, expected_text, grade, inject, say, teardown_on_sigterm, write_report_file
+from vllmdiag.demo import (
+    Injected,
+    check_fault,
+    default_rank,
+    expected_text,
+    grade,
+    inject,
+    say,
+    start_faults,
+    teardown_on_sigterm,
+    write_report_file,
+)
 
 
 def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int | None = None,
                report: Path | None = None, console: Any = None) -> int:
     """Start `nodes` namespaced nodes, put `fault` on one, sweep them all; the sweep's exit code."""
     from vllmdiag.render.text import draw, make_console
-    from vllmdiag_sim.faults import FAULTS, RANKED
+    from vllmdiag_sim.faults import FAULTS
 
     check_fleet_prerequisites()
     check_fault(fault, tp, rank)
     console = console or make_console()
-    rank = tp - 1 if fault in RANKED and rank is None else rank
+    rank = default_rank(fault, tp, rank)
     names = [f"gpu{i:02d}" for i in range(nodes)]
     sick = names[min(1, nodes - 1)]
-    with teardown_on_sigterm(), _tmpdir() as tmp, _nodes(names, sick, fault, tp) as deps:
+    with teardown_on_sigterm(), _tmpdir() as tmp, _nodes(names, sick, fault, tp, rank) as deps:
         say(console, f"{nodes} nodes up ({', '.join(names)}): each a simulated `vllm serve --tensor-parallel-size "
                      f"{tp}` in its own PID+mount namespace (own /proc and /dev/shm)")
         injected = inject(deps[sick], fault, rank)
@@ -74,15 +85,16 @@ def _tmpdir() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _nodes(names: list[str], sick: str, fault: str, tp: int) -> Iterator[dict[str, Any]]:
+def _nodes(names: list[str], sick: str, fault: str, tp: int, rank: int | None) -> Iterator[dict[str, Any]]:
     """Start every node in parallel (the fault goes in later, on `sick`); stop them all however we leave."""
     from vllmdiag_sim.deployment import Deployment
 
     deps: dict[str, Any] = {}
 
     def up(name: str) -> None:
-        start = fault if name == sick and fault == "shm-small" else "healthy"
-        deps[name] = Deployment.up(tp=tp, fault=start, namespace=True)
+        start = name == sick and fault in start_faults()
+        deps[name] = Deployment.up(tp=tp, fault=fault if start else "healthy", rank=rank if start else None,
+                                   namespace=True)
 
     try:
         with ThreadPoolExecutor(max_workers=len(names)) as pool:
@@ -127,13 +139,11 @@ def _sweep(console: Any, names: list[str], template: str) -> Any:
 
 
 def _as_node_pid(inj: Injected) -> None:
-    """The node's own view of the pid (what its /proc, and so the verdict, shows)."""
-    if inj.pid is None:
-        return
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path(f"/proc/{inj.pid}/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                inj.pid = int(line.split()[-1])
+    """The node's own view of the pids (what its /proc, and so the verdict, shows)."""
+    from vllmdiag_sim.faults import own_pid
+
+    inj.pid = own_pid(inj.pid) if inj.pid is not None else None
+    inj.root_pid = own_pid(inj.root_pid)
 
 
 def _target(inj: Injected) -> str:
@@ -146,4 +156,6 @@ def grade_fleet(verdict: dict[str, Any], inj: Injected, sick: str) -> tuple[bool
     if culprits and culprits[0].get("node") != sick:
         return False, f"the fleet verdict blames node {culprits[0].get('node')}, but the fault is on {sick}."
     found, why = grade(verdict, inj)
+    if found and inj.expect[0] == "healthy":
+        return found, why.replace("vllmdiag answered healthy", "the fleet verdict: every node healthy", 1)
     return found, why.replace("vllmdiag answered", f"the fleet verdict names {sick}:", 1) if found else why

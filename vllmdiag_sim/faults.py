@@ -72,6 +72,7 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "long-step": ("healthy", None, None),
     "healthy-slow": ("healthy", None, None),
     "compiling": ("degraded", "gpu", None),  # suspected, never a straggler, never healthy
+    "init-odd-rank": ("blocked", "gpu", "worker"),  # startup: one rank never leaves ncclCommInitRank
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
@@ -111,6 +112,18 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
     runtime.write_json(dep.path / "fault.json", {"seq": dep.fault_seq, "fault": fault, "rank": rank, "dp": 0})
     wait_for(lambda: ack_exists(dep, f"fault-{dep.fault_seq}"), "the EngineCore to take the fault")
     ACTIONS.get(fault, lambda d, r: None)(dep, rank)
+
+
+def own_pid(pid: int) -> int:
+    """The pid a process sees for itself (its acks carry it): in a namespaced node, not the host's."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return pid
 
 
 def ack_exists(dep: Deployment, name: str) -> bool:
@@ -203,9 +216,9 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "engine-killed": _engine_killed,
     "endpoint-gone": lambda d, r: wait_for(lambda: ack_exists(d, "endpoint-gone"), "the ROUTER to close"),
     "rpc-ring-full": lambda d, r: wait_for(
-        lambda: ack_exists(d, f"acquire_write-{d.engine_pid()}"), "EngineCore blocked on the full rpc ring"),
+        lambda: ack_exists(d, f"acquire_write-{own_pid(d.engine_pid())}"), "EngineCore blocked on the full rpc ring"),
     "response-ring-full": lambda d, r: wait_for(
-        lambda: ack_exists(d, f"acquire_write-{d.worker_pid(r)}"), "the worker blocked on its response ring"),
+        lambda: ack_exists(d, f"acquire_write-{own_pid(d.worker_pid(r))}"), "the worker blocked on its response ring"),
     "engine-stuck": lambda d, r: _hang_with_request(d, "engine-stuck"),
     "straggler": lambda d, r: _hang_with_request(d, f"straggler-{r}"),
     "collective-mismatch": lambda d, r: _hang_with_request(d, f"collective-mismatch-{r}"),
