@@ -127,9 +127,16 @@ def _resample_for(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
 
 
 def resampled_classes(snapshot: Snapshot) -> dict[int, StackClass]:
+    """pid -> its latest later look: the resample, then the confirm window's passes (the last one wins),
+    so a picture that held over the whole window counts as held."""
     roles = {p["pid"]: p.get("role") for p in snapshot.data("processes").get("processes", [])}
-    return {int(d["pid"]): classify_threads(d["resample"]["threads"], roles.get(d["pid"]))
-            for d in snapshot.data("stacks").get("dumps", []) if (d.get("resample") or {}).get("threads")}
+    out = {int(d["pid"]): classify_threads(d["resample"]["threads"], roles.get(d["pid"]))
+           for d in snapshot.data("stacks").get("dumps", []) if (d.get("resample") or {}).get("threads")}
+    for later in snapshot.passes:
+        for d in later.data("stacks").get("dumps", []) or []:
+            if isinstance(d, dict) and d.get("threads") and d.get("pid") in roles:
+                out[int(d["pid"])] = classify_threads(d["threads"], roles.get(d["pid"]))
+    return out
 
 
 def held(pid: int | None, first: StackClass | None, again: dict[int, StackClass]) -> bool | None:
