@@ -153,3 +153,21 @@ def test_flight_recorder_is_mentioned_when_enabled() -> None:
         p["environ"] = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
     f = codes(judged(first, snapshot(ranks, ENGINE_WAITING, 4)))["gpu.uniform_hang"]
     assert f.evidence["flight_recorder"] == "2000" and "Flight Recorder is on" in f.message
+
+
+def test_all_gatherv_against_all_reduce_is_a_collective_mismatch() -> None:
+    gatherv = [(f, p, 10) for f, p in [*STEP, ("forward", "vllm/model_executor/layers/fused_moe/layer.py"),
+                                       ("all_gatherv", "vllm/distributed/parallel_state.py"),
+                                       ("_all_gatherv_out_place", "vllm/distributed/parallel_state.py")]]
+    ranks = [all_reduce()] * 3 + [gatherv]
+    rep = judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 4))
+    f = codes(rep)["gpu.collective_mismatch"]
+    assert (rep.verdict.status, rep.verdict.culprits[0].rank) == ("blocked", 3) and "all_gatherv" in f.message
+
+
+def test_moe_dispatch_is_a_collective() -> None:
+    from vllmdiag.analysis.stacks import classify_frames
+
+    frames = [("dispatch", "vllm/distributed/device_communicators/all2all.py", 10),
+              ("forward", "vllm/model_executor/layers/fused_moe/layer.py", 20)]
+    assert classify_frames(frames).label == "collective:moe_dispatch"
