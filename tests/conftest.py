@@ -247,13 +247,14 @@ RELIABILITY_TESTS = {
                   "test_hostile_names_rejected", "test_cli_rejects_hostile_names_and_runs_nothing", "test_bad_inventory",
                   "test_non_vllm_segments_are_rejected_with_a_reason", "test_bad_usage_and_config_exit_2_with_one_line",
                   "test_malformed_snapshot_one_line_exit_2", "test_any_json_value", "test_corrupted_probe_data",
-                  "test_corrupted_real_snapshot"),
+                  "test_corrupted_real_snapshot", "test_hostfile_longer_than_the_cap_is_refused"),
     # issue 15 (hardening): a foreign binary run as root, a secret that reaches output, a signal to a target
     # we did not stop, an ssh option that runs a command.
     "unsafe": ("test_ship_never_runs_a_decoy_python", "test_ship_python_pointing_at_a_user_file_is_refused",
                "test_snippet_refuses_writable_directories_and_non_pythons",
                "test_secrets_in_one_argument_titles_short_flags_and_env_values_are_redacted",
-               "test_remote_stderr_in_a_sweep_reason_is_redacted", "test_value_shapes_and_names_in_free_text"),
+               "test_remote_stderr_in_a_sweep_reason_is_redacted", "test_value_shapes_and_names_in_free_text",
+               "test_inventory_ssh_options_are_allow_listed", "test_allowed_ssh_options_come_after_ours"),
 }
 _KIND = {name: kind for kind, names in RELIABILITY_TESTS.items() for name in names}
 

@@ -76,12 +76,17 @@ def _child(wfd: int, run: Any, ctx: Context) -> None:
                 while view:
                     view = view[os.write(wfd, view):]
 
-        ctx.on_record = lambda name, res: emit({"probe": name, "result": res.to_dict()})
+        # Plain dicts straight to the C encoder (ProbeResult.to_dict's asdict copies every nested value).
+        ctx.on_record = lambda name, res: emit({"probe": name, "status": res.status, "duration_s": res.duration_s,
+                                                "reason": res.reason, "data": res.data})
         snap = run()
         # A probe abandoned at its deadline may have left a subprocess (py-spy on a D-state target):
         # nothing we started outlives the collection, and a target its kill left stopped is resumed.
         end_processes(own_children())
-        emit({"snapshot": snap.to_dict()})
+        # The results went out as they were recorded (the snapshot holds those very objects): the end
+        # is the snapshot's frame only.
+        emit({"done": {"node": snap.node, "collected_at": snap.collected_at, "duration_s": snap.duration_s,
+                       "options": snap.options, "probes": list(snap.probes)}})
     except BaseException as exc:  # noqa: BLE001 - the parent reports it; a child must never unwind into the CLI
         code = 1
         try:
@@ -111,17 +116,22 @@ def _assemble(raw: bytes, killed: bool, names: list[str], ctx: Context, started_
               budget_s: float) -> Snapshot:
     results: dict[str, ProbeResult] = {}
     error = None
+    done: dict[str, Any] | None = None
     for line in raw.splitlines():
         try:
             obj = json.loads(line)
-            if "snapshot" in obj and not killed:
-                return Snapshot.from_dict(obj["snapshot"], "collector")
             if "probe" in obj:
-                results[str(obj["probe"])] = ProbeResult.from_dict(obj["result"], "collector")
+                results[str(obj["probe"])] = ProbeResult.from_dict(obj, "collector")
+            elif "done" in obj and not killed:
+                done = obj["done"]
             elif "error" in obj:
                 error = str(obj["error"])
-        except (ValueError, TypeError, KeyError, SnapshotError):
+        except (ValueError, TypeError, KeyError, AttributeError, SnapshotError):
             continue  # a line cut by the kill
+    if done is not None and all(n in results for n in done["probes"]):
+        return Snapshot(node=str(done["node"]), collected_at=str(done["collected_at"]), vllmdiag_version=__version__,
+                        duration_s=float(done["duration_s"]), probes={n: results[n] for n in done["probes"]},
+                        options=dict(done["options"]))
     why = KILLED.format(budget_s) if killed else f"collector failed: {error or 'no answer'}"
     for name in names:
         results.setdefault(name, ProbeResult("timeout" if killed else "error", round(elapsed, 4), why))
@@ -140,4 +150,4 @@ def _reap(pid: int) -> None:
             return
         if done or time.monotonic() >= deadline:
             return  # one stuck in D state is left to init: we never block on it
-        time.sleep(0.005)
+        time.sleep(0.0005)  # it closed its pipe: exiting, a matter of a millisecond

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from vllmdiag.analysis.engine import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
 from vllmdiag.fleet import groups as rank_groups
 from vllmdiag.fleet.collective import compare_across_nodes
-from vllmdiag.fleet.fold import NodeView, fleet_verdict, fold_classes, gpu_cells, grid_rows
+from vllmdiag.fleet.fold import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows
 from vllmdiag.fleet.outcome import NodeOutcome
-from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, Report, Snapshot, Verdict
+from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, Report, Snapshot, SnapshotError, Verdict
 
 STATUS_OF_FAILED = "inconclusive"
+# What malformed data from an untrusted node raises in analysis (RecursionError: absurd nesting).
+MALFORMED = (SnapshotError, KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError)
 HEADLESS_FALSE_CODES = ("handshake.engine_endpoint_gone", "handshake.http_not_listening")
 
 
@@ -48,12 +50,17 @@ def analyze_fleet(snapshots: list[Snapshot], node_status: Mapping[str, NodeOutco
             nodes[name] = _Node(name, outcome)
     for node in nodes.values():
         if node.snapshot is not None:
-            node.reports, node.findings = analyze_snapshot(node.snapshot)
-    failed = {n.name: n.outcome.reason or n.outcome.status for n in nodes.values() if n.snapshot is None}
-    group_list = _reconcile_groups(nodes, failed)
-    views = [_view(n) for n in sorted(nodes.values(), key=lambda n: n.name)]
-    classes = fold_classes(views)
-    verdict = fleet_verdict(views, classes)
+            try:
+                node.reports, node.findings = analyze_snapshot(node.snapshot)
+                for r in node.reports:  # what the cross-node stage reads of each deployment
+                    rank_groups.group_key(r.deployment)
+            except MALFORMED as exc:
+                _unreadable(node, exc)
+    group_list = _groups_isolated(nodes)
+    shared: dict[str, Verdict] = {}
+    views = [_view(n, shared) for n in sorted(nodes.values(), key=lambda n: n.name)]
+    classes, index = fold_index(views)
+    verdict = fleet_verdict(views, classes, index)
     entries = [NodeEntry(name=v.name, status=v.outcome.status, reason=v.outcome.reason,
                          duration_s=round(v.outcome.duration_s, 3), verdict=v.verdict.status, gpus=v.gpus) for v in views]
     fleet = FleetSection(classes=classes, groups=[GroupBrief(g.key, g.nodes, g.nnodes) for g in group_list],
@@ -61,6 +68,45 @@ def analyze_fleet(snapshots: list[Snapshot], node_status: Mapping[str, NodeOutco
     return Report(verdict=verdict, deployments=[r for n in views for r in n.reports],
                   findings=[f for n in views for f in n.findings], snapshots=[n.snapshot for n in views if n.snapshot],
                   nodes=entries, fleet=fleet)
+
+
+def _groups_isolated(nodes: dict[str, _Node]) -> list[rank_groups.RankGroup]:
+    """The cross-node stage; a node whose data breaks it is set aside as unreadable (issue 15 item 7:
+    one malformed node must not sink the verdict of the others), then the stage runs again without it."""
+    for _ in range(3):
+        failed = {n.name: n.outcome.reason or n.outcome.status for n in nodes.values() if n.snapshot is None}
+        try:
+            return _reconcile_groups(nodes, failed)
+        except MALFORMED:
+            bad = [n for n in nodes.values() if n.snapshot is not None and not _groups_ok(n, failed)]
+            if not bad:
+                break
+            for n in bad:
+                _unreadable(n, ValueError("its process data breaks the cross-node comparison"))
+    return []
+
+
+def _groups_ok(node: _Node, failed: dict[str, str]) -> bool:
+    alone = {node.name: [r.deployment for r in node.reports]}
+    snaps = {node.name: node.snapshot} if node.snapshot is not None else {}
+    try:
+        for group in rank_groups.join(alone):
+            rank_groups.check(group, failed)
+            compare_across_nodes(group, snaps)
+    except MALFORMED:
+        return False
+    return True
+
+
+def _unreadable(node: _Node, exc: BaseException) -> None:
+    """A node that answered with data we cannot analyse: a node-level finding, not a crashed sweep."""
+    why = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    node.snapshot, node.reports = None, []
+    node.outcome = NodeOutcome(node.name, "error", f"snapshot unreadable: {why}", node.outcome.duration_s)
+    node.findings = [Finding(code="fleet.node_unreadable", layer="process", severity="warning", node=node.name,
+                             message=f"{node.name} answered, but its snapshot cannot be analysed ({why}); "
+                                     "the other nodes were analysed without it.",
+                             evidence={"error": why})]
 
 
 def _status_map(node_status: Mapping[str, NodeOutcome] | Iterable[NodeOutcome] | None) -> dict[str, NodeOutcome]:
@@ -114,13 +160,14 @@ def _already_named(f: Finding, nodes: dict[str, _Node]) -> bool:
     return mine <= named
 
 
-def _view(node: _Node) -> NodeView:
+def _view(node: _Node, shared: dict[str, Verdict]) -> NodeView:
     if node.snapshot is None:
         if node.outcome.status == "ok":  # listed as answered, but its snapshot file is not there
             node.outcome = NodeOutcome(node.name, "error", "no snapshot for this node", node.outcome.duration_s)
         reason = node.outcome.reason or node.outcome.status
-        verdict = Verdict(status=STATUS_OF_FAILED, summary=reason,
-                          evidence=[reason], confidence="low")
+        # Nodes that failed alike share one verdict object: 100,000 unreached nodes stay cheap.
+        verdict = shared.get(reason) or shared.setdefault(reason, Verdict(
+            status=STATUS_OF_FAILED, summary=reason, evidence=[reason], confidence="low"))
     else:
         verdict = overall([node.snapshot], node.reports, node.findings)
     reports = to_model(node.snapshot, node.reports) if node.snapshot is not None else []

@@ -33,12 +33,12 @@ def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = Tru
     outcomes = run_sweep(plan, progress)
     snaps = {o.name: o.snapshot for o in outcomes if o.snapshot is not None}
     report = analyze_fleet(list(snaps.values()), outcomes)
-    left = plan.deadline_s - (time.monotonic() - start)
+    left = plan.left_s()
     todo = [n for n in nodes_to_confirm(report) if n in snaps] if confirm else []
     if todo and left >= MIN_CONFIRM_S:
         again_start = time.monotonic()
         second = run_sweep(replace(plan, nodes=todo, transport=replace(plan.transport, probes=CONFIRM_PROBES),
-                                   sweep_timeout_s=left))
+                                   sweep_timeout_s=left, started=again_start))
         after = time.monotonic() - again_start
         for o in second:
             if o.snapshot is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -55,6 +57,7 @@ def sweep_command(
     verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
 ) -> int:
     """Diagnose every node of a fleet at once: one verdict, nodes folded into classes, sick nodes listed."""
+    started = _process_start()  # --sweep-timeout covers everything from the command's start to the verdict
     from vllmdiag.fleet.api import save as save_dir
     from vllmdiag.fleet.api import sweep
     from vllmdiag.fleet.inventory import load_inventory
@@ -78,13 +81,15 @@ def sweep_command(
     if ship_python is not None and not ship:
         raise UsageError("--ship-python needs --ship")
     inv = load_inventory(inventory) if inventory else None
-    names = resolve_nodes([nodeset or "", *(nodes or [])], hostfile, inv)
+    deadline = started + sweep_timeout if sweep_timeout is not None else None
+    names = resolve_nodes([nodeset or "", *(nodes or [])], hostfile, inv, deadline)
     transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
                           ship_python=ship_python, connect_timeout_s=connect_timeout, strict_host_key_checking=strict,
                           probes=tuple(probe or ()))
     tree = TreeSpec(tuple(gateway or ()), str(topology) if topology else None) if gateway or topology else None
     plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=timeout, fanout=fanout,
-                     sweep_timeout_s=sweep_timeout, tree=tree)
+                     sweep_timeout_s=sweep_timeout, tree=tree, started=started,
+                     setup_s=time.monotonic() - started)
     check_tree(plan)
     if gate:
         return _gate(plan, gate_config, tp, junit, json_out)
@@ -100,6 +105,19 @@ def sweep_command(
     if save is not None:
         save_dir(result, save)
     return rc
+
+
+def _process_start() -> float:
+    """When this process started, on the time.monotonic() clock (interpreter start and imports count)."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        age = 0.0
+    return time.monotonic() - max(0.0, min(age, 60.0))
 
 
 def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool) -> int:

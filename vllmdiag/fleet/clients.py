@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from ClusterShell.Event import EventHandler
@@ -11,18 +12,21 @@ from ClusterShell.Event import EventHandler
 
 class Deadline(EventHandler):
     """The whole-sweep deadline: aborting from inside the engine loop kills every client still running
-    (``Task.resume(timeout)`` raises instead and leaves the thread's task unusable for the next sweep)."""
+    (``Task.resume(timeout)`` raises instead and leaves the thread's task unusable for the next sweep).
+    ``before``: called first (stop starting nodes)."""
 
-    def __init__(self, task: Any) -> None:
+    def __init__(self, task: Any, before: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.task = task
+        self.before = before
 
     def ev_timer(self, timer: Any) -> None:
+        if self.before is not None:
+            self.before()
         self.task.abort()
 
 
 def argv_worker(argvs: dict[str, list[str]], handler: Any, timeout_s: float) -> Any:
-    from ClusterShell.NodeSet import NodeSet
     from ClusterShell.Worker.Exec import ExecClient, ExecWorker
 
     class ArgvClient(ExecClient):
@@ -54,5 +58,10 @@ def argv_worker(argvs: dict[str, list[str]], handler: Any, timeout_s: float) -> 
     class ArgvWorker(ExecWorker):
         SHELL_CLASS = ArgvClient
 
-    return ArgvWorker(NodeSet.fromlist(list(argvs)), handler=handler, timeout=timeout_s, command="vllmdiag",
-                      stderr=True)
+        def _create_clients(self, **kwargs: Any) -> None:
+            # One client per name, straight from our list: a NodeSet of 100,000 names costs seconds to
+            # build (the names were checked by nodes.check_name; the engine only uses them as keys).
+            for rank, node in enumerate(argvs):
+                self._add_client(node, rank=rank, **kwargs)
+
+    return ArgvWorker("", handler=handler, timeout=timeout_s, command="vllmdiag", stderr=True)

@@ -14,7 +14,19 @@ from typing import Any
 from vllmdiag.cli_errors import UsageError
 from vllmdiag.fleet.nodes import MAX_NODES, NODE_NAME, check_name, estimate_size
 
-_OPTION = re.compile(r"-o[A-Za-z]+=[^\s]{1,512}")
+_OPTION = re.compile(r"-o([A-Za-z]+)=([^\s]{1,512})")
+# ssh options an inventory may set (issue 15 item 14): how to reach and authenticate, never something
+# that runs a command or loads code on this machine (ProxyCommand, LocalCommand, PermitLocalCommand,
+# KnownHostsCommand, PKCS11Provider, SecurityKeyProvider), pulls in other config (Include, Match) or
+# forwards anything. Compared case-insensitively, as ssh does.
+SSH_OPTIONS_ALLOWED = frozenset(k.lower() for k in (
+    "Port", "User", "IdentityFile", "IdentitiesOnly", "CertificateFile", "ConnectTimeout", "ConnectionAttempts",
+    "StrictHostKeyChecking", "UserKnownHostsFile", "GlobalKnownHostsFile", "HostKeyAlias", "HostKeyAlgorithms",
+    "PubkeyAcceptedAlgorithms", "PubkeyAcceptedKeyTypes", "KexAlgorithms", "Ciphers", "MACs", "Compression",
+    "AddressFamily", "BindAddress", "BindInterface", "CheckHostIP", "HashKnownHosts", "UpdateHostKeys",
+    "VerifyHostKeyDNS", "PreferredAuthentications", "PubkeyAuthentication", "HostbasedAuthentication",
+    "GSSAPIAuthentication", "ServerAliveInterval", "ServerAliveCountMax", "TCPKeepAlive", "IPQoS", "RekeyLimit",
+    "ProxyJump", "LogLevel"))
 _CONN_KEYS = ("address", "user", "port", "identity_file", "known_hosts_file", "strict_host_key_checking", "ssh_options",
               "ship_python", "ssh_config")
 STRICT_VALUES = ("yes", "no", "accept-new")
@@ -115,11 +127,24 @@ def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
             raise UsageError(f"{where}: strict_host_key_checking must be one of {', '.join(STRICT_VALUES)}")
         out = replace(out, strict_host_key_checking=value)
     if "ssh_options" in obj:
-        opts = obj["ssh_options"]
-        if not isinstance(opts, list) or not all(isinstance(o, str) and _OPTION.fullmatch(o) for o in opts):
-            raise UsageError(f"{where}: ssh_options must be a list of -oKey=Value strings")
-        out = replace(out, ssh_options=tuple(opts))
+        out = replace(out, ssh_options=_ssh_options(obj["ssh_options"], where))
     return out
+
+
+def _ssh_options(opts: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(opts, list) or not all(isinstance(o, str) for o in opts):
+        raise UsageError(f"{where}: ssh_options must be a list of -oKey=Value strings")
+    for opt in opts:
+        m = _OPTION.fullmatch(opt)
+        if m is None:
+            raise UsageError(f"{where}: ssh option {opt[:80]!r} must be one -oKey=Value string")
+        if m.group(1).lower() not in SSH_OPTIONS_ALLOWED:
+            raise UsageError(f"{where}: ssh option {m.group(1)} is not allowed in an inventory (it can run commands "
+                             "or change what ssh loads); allowed: Port, User, IdentityFile, ConnectTimeout, "
+                             "StrictHostKeyChecking, UserKnownHostsFile, ProxyJump, ... (see the README)")
+        if m.group(2).startswith("-"):
+            raise UsageError(f"{where}: ssh option {m.group(1)}: a value must not start with '-'")
+    return tuple(opts)
 
 
 def _mapping(raw: Any, where: str) -> dict[str, Any]:

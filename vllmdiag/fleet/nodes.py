@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllmdiag.cli_errors import UsageError
 
@@ -28,11 +28,13 @@ def check_name(name: str) -> str:
     return name
 
 
-def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: Inventory | None = None) -> list[str]:
-    """Expand ClusterShell node sets (``gpu[00-47]``, ``@group`` from the inventory) into checked names."""
-    from ClusterShell.NodeSet import NodeSet, NodeSetException
-    from ClusterShell.NodeUtils import GroupResolver, GroupSource
+def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: Inventory | None = None,
+                  deadline: float | None = None) -> list[str]:
+    """Expand ClusterShell node sets (``gpu[00-47]``, ``@group`` from the inventory) into checked names.
 
+    Plain names (a hostfile's usual line) skip ClusterShell, whose set updates grow with the set (100,000
+    lines took a minute); only real node-set syntax is parsed. ``deadline`` (monotonic): resolution is
+    part of the sweep's time and gives up with a one-line error past it."""
     texts = list(patterns)
     if hostfile is not None:
         texts += _read_hostfile(hostfile)
@@ -41,11 +43,41 @@ def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: 
     texts = [t for t in texts if t]
     if not texts:
         raise UsageError("no nodes given: pass a node set (gpu[00-47]), -w, --hostfile or --inventory")
+    if len(texts) > MAX_NODES:
+        raise UsageError(f"node list too long: more than {MAX_NODES} entries")
+    plain: dict[str, None] = {}
+    sets: list[str] = []
+    for i, text in enumerate(texts):
+        if "\n" in text or "\r" in text or "\0" in text:
+            raise UsageError("invalid node set: contains a line break or NUL")
+        if NODE_NAME.fullmatch(text) and "[" not in text:
+            plain[text] = None
+        else:
+            sets.append(text)
+        if deadline is not None and i % 1024 == 0:
+            _in_time(deadline)
+    names = _expand(sets, inventory, deadline) if sets else []
+    if not plain:
+        return names
+    merged = dict.fromkeys(names)
+    merged.update(plain)
+    if len(merged) > MAX_NODES:
+        raise UsageError(f"node set too large: more than {MAX_NODES} nodes")
+    return sorted(merged, key=natural_key)
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """gpu2 before gpu10, as ClusterShell orders a node set."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def _expand(texts: list[str], inventory: Inventory | None, deadline: float | None) -> list[str]:
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+    from ClusterShell.NodeUtils import GroupResolver, GroupSource
+
     resolver = GroupResolver(GroupSource("inventory", groups=dict(inventory.groups) if inventory else {}))
     total = NodeSet(resolver=resolver)
     for text in texts:
-        if "\n" in text or "\r" in text or "\0" in text:
-            raise UsageError("invalid node set: contains a line break or NUL")
         if estimate_size(text) > MAX_NODES:  # ClusterShell expands ranges into sets: check before parsing
             raise UsageError(f"node set too large: more than {MAX_NODES} nodes")
         try:
@@ -54,7 +86,16 @@ def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: 
             raise UsageError(f"invalid node set {text!r}: {exc}") from None
         if len(total) > MAX_NODES:
             raise UsageError(f"node set too large: more than {MAX_NODES} nodes")
+        if deadline is not None:
+            _in_time(deadline)
     return [check_name(n) for n in total]
+
+
+def _in_time(deadline: float) -> None:
+    import time
+
+    if time.monotonic() > deadline:
+        raise UsageError("the node list took longer than --sweep-timeout to resolve; split it or raise the timeout")
 
 
 def estimate_size(text: str) -> int:

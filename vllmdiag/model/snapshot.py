@@ -87,6 +87,7 @@ class Snapshot:
         if not isinstance(node, str) or not node:
             raise SnapshotError(f"{where}: node must be a non-empty string")
         probes_raw = _expect_dict(obj.get("probes", {}), f"{where}.probes")
+        check_depth([probes_raw, obj.get("options")], f"{where}")
         probes = {str(k): ProbeResult.from_dict(v, f"{where}.probes.{k}") for k, v in probes_raw.items()}
         duration = obj.get("duration_s", 0.0)
         if not isinstance(duration, (int, float)) or isinstance(duration, bool):
@@ -117,3 +118,23 @@ def _passes(raw: Any, where: str) -> list[Snapshot]:
             raise SnapshotError(f"{where}.passes[{i}]: a follow-up pass cannot hold passes of its own")
         out.append(Snapshot.from_dict(item, f"{where}.passes[{i}]"))
     return out
+
+
+MAX_DEPTH = 64  # real snapshots nest ~10 deep; Python's own recursion (asdict, json.dumps) breaks near 1000
+
+
+def check_depth(raw: Any, where: str, limit: int = MAX_DEPTH) -> None:
+    """Refuse absurdly nested input before anything recursive walks it (issue 15 item 7: a deeply nested
+    snapshot ended in a RecursionError, exit 4). Level by level, no recursion: ~1 ms per 100 KB."""
+    level = [raw]
+    for _ in range(limit + 1):
+        nxt: list[Any] = []
+        for x in level:
+            if isinstance(x, dict):
+                nxt.extend(v for v in x.values() if isinstance(v, (dict, list)) and v)
+            elif isinstance(x, list):
+                nxt.extend(v for v in x if isinstance(v, (dict, list)) and v)
+        if not nxt:
+            return
+        level = nxt
+    raise SnapshotError(f"{where}: nested deeper than {limit} levels; not a snapshot")
