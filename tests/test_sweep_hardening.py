@@ -143,3 +143,16 @@ def test_proxy_command_in_an_inventory_runs_nothing(tmp_path: Path, reliability:
     reliability.case(unsafe=marker.exists())
     assert not marker.exists(), "the inventory's ProxyCommand ran"
     assert proc.returncode == 2 and "ProxyCommand" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_ssh_config_file_in_an_inventory_is_held_to_the_same_allow_list(tmp_path: Path, reliability: Any) -> None:
+    marker = tmp_path / "ran"
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host n1\n  HostName 127.0.0.1\n  Port 22\n\nHost *\n  ProxyCommand touch {marker}\n")
+    inventory = tmp_path / "fleet.yaml"
+    inventory.write_text(json.dumps({"defaults": {"ssh_config": str(config)}}))
+    proc, _ = _cli("sweep", "n1", "--inventory", str(inventory), "--json", "--connect-timeout", "2", "--timeout", "5")
+    reliability.case(unsafe=marker.exists())
+    assert not marker.exists() and proc.returncode == 2 and "ProxyCommand" in proc.stderr
+    config.write_text("Host n1\n  HostName 127.0.0.1\n  Port=2222\n  IdentitiesOnly yes\n")
+    assert parse_inventory({"defaults": {"ssh_config": str(config)}}, "inv").defaults.ssh_config == str(config)

@@ -107,6 +107,8 @@ def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
                 raise UsageError(f"{where}: {key} {value!r} is not a valid host or user name")
             if key not in ("address", "user") and (not value or value.startswith("-") or "\n" in value):
                 raise UsageError(f"{where}: {key} {value!r} is not a valid path")
+            if key == "ssh_config":
+                _check_ssh_config(value, where)
             out = replace(out, **{key: value})  # type: ignore[arg-type]
     if "ship_python" in obj:
         from vllmdiag.fleet.ship import SHIP_PYTHON
@@ -129,6 +131,27 @@ def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
     if "ssh_options" in obj:
         out = replace(out, ssh_options=_ssh_options(obj["ssh_options"], where))
     return out
+
+
+def _check_ssh_config(path: str, where: str) -> None:
+    """An ssh config file (-F) holds the same keywords as ssh_options, so the same allow-list applies to
+    it (ProxyCommand, LocalCommand, Match exec, Include would run or pull in anything). A file that is
+    not on this machine lives on the gateways (vllmdiag/fleet/tree.py) and cannot be checked here."""
+    from vllmdiag.infile import InputError, read_input
+
+    if not Path(path).exists():
+        return
+    try:
+        text = read_input(path, "ssh config", 1 << 20)
+    except InputError as exc:
+        raise UsageError(f"{where}: ssh_config {exc}") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.strip().replace("=", " ", 1).split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0].lower() not in SSH_OPTIONS_ALLOWED | {"host", "hostname"}:
+            raise UsageError(f"{where}: ssh_config {path} line {number}: {words[0]} is not allowed (it can run "
+                             "commands or change what ssh loads); allowed are the ssh_options keywords and Host")
 
 
 def _ssh_options(opts: Any, where: str) -> tuple[str, ...]:

@@ -14,7 +14,6 @@ from vllmdiag.gate.config import GateConfig
 from vllmdiag.gate.result import NodeGateResult
 from vllmdiag.model import Snapshot
 from vllmdiag.registry import Probe, discover
-from vllmdiag.runner import collect_snapshot
 
 # Probes the checks read. Teammates' probes (nvml, libs) join when discovered; stacks, rings and
 # endpoints are left out on purpose: a gate must not pause targets (py-spy) or connect to them (ZMTP).
@@ -55,7 +54,9 @@ def collect_for_gate(cfg: GateConfig, url: str | None = None, ctx: Context | Non
         registry["gate_url"] = Probe(spec, urlprobe.collect)
         names.append("gate_url")
         budget = max(budget, spec.timeout_s + 0.5)
-    return collect_snapshot(ctx, probes=names, registry=registry, budget_s=budget)
+    from vllmdiag.hardstop import collect_bounded  # the budget is a hard promise here too (issue 15 item 2)
+
+    return collect_bounded(ctx, probes=names, registry=registry, budget_s=budget)
 
 
 def run_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None) -> NodeGateResult:
