@@ -159,6 +159,41 @@ def test_watch_saves_the_moment_a_deployment_hangs(sim_state: Path, tmp_path: Pa
         webhook.server_close()
 
 
+@needs_root
+@pytest.mark.timeout(300)
+def test_watch_confirms_a_uniform_hang_of_a_tp1_engine(sim_state: Path, tmp_path: Path) -> None:  # noqa: F811
+    """TP=1 has no rings: only /metrics says work is in flight and nothing moves. No odd one out, so
+    the triage's confirm window has to hold the stall before the EngineCore is blamed."""
+    out = tmp_path / "out"
+    confirm_s = 4.0  # a stall is called a block once held 3 s (analysis/gpu_progress.py HELD_S); shorter: suspected
+    argv = [sys.executable, "-m", "vllmdiag", "watch", "--out", str(out), "--interval", str(INTERVAL_S),
+            "--confirm", str(confirm_s), "--node", NODE, "--report-format", "md",
+            "--select", f"VLLM_RPC_BASE_PATH={os.environ['VLLM_RPC_BASE_PATH']}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with sim.Deployment.up(tp=1, fault="healthy-load") as dep:
+        watcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            stdout, stderr = _Lines(watcher.stdout), _Lines(watcher.stderr)
+            stderr.wait(rf"new {NODE}:{dep.root_pid} ", timeout_s=120)
+            time.sleep(3 * INTERVAL_S)
+            assert not any(" STALL " in ln for ln in stdout.lines), "a healthy stream is not a stall"
+            dep.inject("uniform-sync")
+            injected = time.time()
+            line = stdout.wait(rf"STALL {NODE}:{dep.root_pid} ", timeout_s=90).string
+            assert "blocked layer=gpu" in line and f"pid={dep.engine_pid()} " in line, line
+            snap = json.loads(Path(re.search(r"snapshot=(\S+)", line).group(1)).read_text())  # type: ignore[union-attr]
+            assert snap["options"]["confirm"]["stopped"] == "window", "the confirm window held the stall"
+            taken = dt.datetime.fromisoformat(snap["collected_at"]).timestamp()
+            assert taken - injected <= INTERVAL_S + 3.0, taken - injected
+            assert re.search(r"report=\S+\.md", line)
+            watcher.send_signal(signal.SIGTERM)
+            assert watcher.wait(timeout=60) == 0
+        finally:
+            if watcher.poll() is None:
+                watcher.kill()
+                watcher.wait()
+
+
 def _wait_state(url: str, dep_id: str, state: str) -> None:
     _wait(lambda: _metric(_scrape(url), "vllmdiag_deployment_state", deployment=dep_id, state=state) == 1,
           f"{dep_id} to be {state}")
