@@ -47,18 +47,19 @@ def _cpu() -> float:
 def in_process(passes: int, select: dict[str, str]) -> dict[str, float]:
     from vllmdiag.watch.watcher import WatchConfig, Watcher
 
-    w = Watcher(WatchConfig(out_dir=Path(tempfile.mkdtemp()), select=select, err=io.StringIO()))
-    w.step()  # imports and first-pass setup are paid once per watcher, not per pass
-    cpu0, wall0 = _cpu(), time.monotonic()
-    for _ in range(passes):
-        w.step()
-    n = max(1, passes)
+    with tempfile.TemporaryDirectory(prefix="bench-watch-out-") as out:
+        w = Watcher(WatchConfig(out_dir=Path(out), select=select, err=io.StringIO()))
+        w.step()  # imports and first-pass setup are paid once per watcher, not per pass
+        cpu0, wall0 = _cpu(), time.monotonic()
+        for _ in range(passes):
+            w.step()
+        n = max(1, passes)
+        cpu, wall = (_cpu() - cpu0) / n, (time.monotonic() - wall0) / n
     procs = w.prev[0].data("processes") if w.prev else {}
     # The pass reads every vLLM process of the machine (not only the selected deployment's) and
-    # every pid's stat/cmdline: on a shared test machine both are larger than on a real TP=8 node.
-    return {"cpu_per_pass_s": (_cpu() - cpu0) / n, "wall_per_pass_s": (time.monotonic() - wall0) / n,
-            "deployments": len(w.tracker.deps), "vllm_processes": len(procs.get("processes", [])),
-            "pids": procs.get("pid_count", 0)}
+    # every pid's stat/cmdline: on a shared machine (--host) both are larger than on a real TP=8 node.
+    return {"cpu_per_pass_s": cpu, "wall_per_pass_s": wall, "deployments": len(w.tracker.deps),
+            "vllm_processes": len(procs.get("processes", [])), "pids": procs.get("pid_count", 0)}
 
 
 def _scrape(url: str, name: str) -> float:
@@ -112,12 +113,12 @@ def end_to_end(args: argparse.Namespace, prefix: list[str]) -> dict[str, float]:
     return {"cpu_fraction_of_one_core": (cpu1 - cpu0) / (t1 - t0), "passes": passes}
 
 
-def latency(args: argparse.Namespace, dep: Deployment, prefix: list[str]) -> dict[str, float]:
+def latency(args: argparse.Namespace, dep: Deployment, prefix: list[str], fault: str = "straggler") -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
         proc, url, lines = _start(args, Path(out), prefix, args.confirm)
         try:
             time.sleep(2 * args.interval)  # it has seen the deployment moving
-            dep.inject("straggler", dep.tp - 1)
+            dep.inject(fault, dep.tp - 1)
             injected = time.time()
             while not any(" STALL " in ln for ln in lines):
                 if time.time() - injected > 10 * (args.interval + args.confirm) + 60:
@@ -132,6 +133,14 @@ def latency(args: argparse.Namespace, dep: Deployment, prefix: list[str]) -> dic
             proc.wait(timeout=60)
     return {"inject_to_snapshot_s": taken - injected, "inject_to_saved_line_s": line_at - injected,
             "bound_interval_plus_confirm_s": args.interval + args.confirm, "verdict_line": line.strip()}  # type: ignore[dict-item]
+
+
+def _latency(args: argparse.Namespace, dep: Deployment, prefix: list[str], fault: str, rows: dict[str, object]) -> None:
+    lat = latency(args, dep, prefix, fault)
+    rows[f"latency_{fault}"] = lat
+    print(f"{fault}: hang -> snapshot {lat['inject_to_snapshot_s']:.1f} s, -> saved "
+          f"{lat['inject_to_saved_line_s']:.1f} s (bound interval + confirm = "
+          f"{lat['bound_interval_plus_confirm_s']:.0f} s)\n  {lat['verdict_line']}")
 
 
 def _inner(prefix: list[str], args: argparse.Namespace) -> dict[str, float]:
@@ -163,8 +172,12 @@ def main() -> None:
         sel = dict(s.split("=", 1) for s in args.select if "=" in s)
         print(json.dumps(in_process(args.inner, sel)))
         return
-    rpc = tempfile.mkdtemp(prefix="bench-watch-rpc-")
-    os.environ["VLLM_RPC_BASE_PATH"] = ENV["VLLM_RPC_BASE_PATH"] = rpc
+    with tempfile.TemporaryDirectory(prefix="bench-watch-rpc-") as rpc:
+        os.environ["VLLM_RPC_BASE_PATH"] = ENV["VLLM_RPC_BASE_PATH"] = rpc
+        measure(args, rpc)
+
+
+def measure(args: argparse.Namespace, rpc: str) -> None:
     # On the host, other deployments may run: watch only ours. In a node namespace there is no other.
     args.select = ["--select", f"VLLM_RPC_BASE_PATH={rpc}"] if args.host else []
     rows: dict[str, object] = {"tp": args.tp, "interval_s": args.interval, "node_namespace": not args.host}
@@ -181,11 +194,10 @@ def main() -> None:
                   f"{100 * e2e['cpu_fraction_of_one_core']:.2f}% ({e2e['passes']:.0f} passes); it saw "
                   f"{inp['vllm_processes']:.0f} vLLM processes and {inp['pids']:.0f} pids")
             if fault == "healthy-load":
-                lat = latency(args, dep, prefix)
-                rows["latency"] = lat
-                print(f"hang -> snapshot {lat['inject_to_snapshot_s']:.1f} s, -> saved "
-                      f"{lat['inject_to_saved_line_s']:.1f} s (bound interval + confirm = "
-                      f"{lat['bound_interval_plus_confirm_s']:.0f} s)\n  {lat['verdict_line']}")
+                _latency(args, dep, prefix, "straggler", rows)
+    # No odd one out: the triage's confirm window must hold the stall before it blames the group.
+    with Deployment.up(tp=args.tp, fault="healthy-load", namespace=not args.host) as dep:
+        _latency(args, dep, _prefix(dep, args.host), "uniform-collective", rows)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "watch.json").write_text(json.dumps(rows, indent=2) + "\n")
 
