@@ -214,3 +214,26 @@ def test_a_stuck_probe_thread_moves_passes_into_a_killable_child(tmp_path: Path,
         release.set()
         stuck.join()
     assert seen == [before > 0, True]
+
+
+def test_a_failing_pass_is_logged_and_the_watcher_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    import vllmdiag.api
+    from vllmdiag.model import Snapshot
+    from vllmdiag.watch.watcher import WatchConfig, Watcher
+
+    calls: list[int] = []
+
+    def flaky_collect(**kw: Any) -> Snapshot:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("a /proc read went wrong")
+        return Snapshot("n", "2026-11-30T00:00:00+00:00", "x", 0.1)
+
+    monkeypatch.setattr(vllmdiag.api, "collect", flaky_collect)
+    err = io.StringIO()
+    w = Watcher(WatchConfig(out_dir=tmp_path / "o", interval_s=0.2, max_passes=1, err=err))
+    assert w.run() == 0 and len(calls) == 2 and w.errors == 1
+    assert "pass failed (OSError: a /proc read went wrong)" in err.getvalue()
+    assert ("vllmdiag_watch_errors_total", {"node": "n"}, 1) in w.samples()

@@ -25,6 +25,7 @@ HELP = {
     "vllmdiag_watch_pass_duration_seconds": ("gauge", "wall time of the last cheap pass"),
     "vllmdiag_watch_passes_total": ("counter", "cheap passes run"),
     "vllmdiag_watch_triages_total": ("counter", "full triages run"),
+    "vllmdiag_watch_errors_total": ("counter", "passes or triages that failed (the watcher logs why and goes on)"),
     "vllmdiag_watch_deployments": ("gauge", "deployments seen in the last pass"),
     "vllmdiag_watch_stuck_threads": ("gauge", "probe threads stuck in the kernel (passes then run in a killable child)"),
 }

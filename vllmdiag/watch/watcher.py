@@ -54,7 +54,7 @@ class Watcher:
         self.store = Store(cfg.out_dir, cfg.keep, cfg.max_bytes, cfg.report_suffix)
         self.prev: tuple[Snapshot, float] | None = None
         self.node = cfg.node or ""
-        self.passes = self.triages = 0
+        self.passes = self.triages = self.errors = 0
         self.pass_s = 0.0
         self._lock = threading.Lock()
         self._last_blind = ""
@@ -142,7 +142,11 @@ class Watcher:
                    f"(confirm {self.cfg.confirm_s:g} s), saving stalls to {self.cfg.out_dir}")
         while not self.stop.is_set():
             began = time.monotonic()
-            self.step()
+            try:
+                self.step()
+            except Exception as exc:  # a daemon outlives one bad pass; the line says what broke
+                self.errors += 1
+                self._note(f"pass failed ({type(exc).__name__}: {exc}); next pass in {self.cfg.interval_s:g} s")
             if self.cfg.max_passes is not None and self.passes >= self.cfg.max_passes:
                 break
             self.stop.wait(max(0.0, began + self.cfg.interval_s - time.monotonic()))
@@ -161,6 +165,7 @@ class Watcher:
                 ("vllmdiag_watch_pass_duration_seconds", {"node": node}, round(self.pass_s, 4)),
                 ("vllmdiag_watch_passes_total", {"node": node}, self.passes),
                 ("vllmdiag_watch_triages_total", {"node": node}, self.triages),
+                ("vllmdiag_watch_errors_total", {"node": node}, self.errors),
                 ("vllmdiag_watch_deployments", {"node": node}, len(deps)),
                 ("vllmdiag_watch_stuck_threads", {"node": node}, stuck_probe_threads()),
             ]
