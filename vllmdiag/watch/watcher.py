@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import resource
 import sys
 import threading
 import time
@@ -16,7 +15,7 @@ from vllmdiag.model import Snapshot
 from vllmdiag.outfile import OutputError
 from vllmdiag.watch import hooks
 from vllmdiag.watch.exporter import Sample
-from vllmdiag.watch.state import STATES, Tracked, Tracker
+from vllmdiag.watch.state import Tracked, Tracker
 from vllmdiag.watch.store import Saved, Store
 
 # Only what is cheap: /proc states and CPU times, /dev/shm ring flags, the API server's /metrics.
@@ -155,42 +154,12 @@ class Watcher:
 
     # ---- the exporter's view -----------------------------------------------------------------
     def samples(self) -> list[Sample]:
-        now = time.monotonic()
-        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        from vllmdiag.watch.metrics import watcher_samples
+
         with self._lock:
-            node, deps = self.node, list(self.tracker.deps.values())
-            out: list[Sample] = [
-                ("vllmdiag_watch_cpu_seconds_total", {"node": node}, round(own.ru_utime + own.ru_stime, 3)),
-                ("vllmdiag_watch_children_cpu_seconds_total", {"node": node}, round(kids.ru_utime + kids.ru_stime, 3)),
-                ("vllmdiag_watch_pass_duration_seconds", {"node": node}, round(self.pass_s, 4)),
-                ("vllmdiag_watch_passes_total", {"node": node}, self.passes),
-                ("vllmdiag_watch_triages_total", {"node": node}, self.triages),
-                ("vllmdiag_watch_errors_total", {"node": node}, self.errors),
-                ("vllmdiag_watch_deployments", {"node": node}, len(deps)),
-                ("vllmdiag_watch_stuck_threads", {"node": node}, stuck_probe_threads()),
-            ]
-            for t in deps:
-                out += _deployment_samples(node, t, now)
-        return out
-
-
-def _deployment_samples(node: str, t: Tracked, now: float) -> list[Sample]:
-    labels = {"node": node, "deployment": t.deployment_id}
-    culprit = (t.verdict.get("culprits") or [{}])[0]
-    rank = culprit.get("rank")
-    out: list[Sample] = [
-        ("vllmdiag_deployment_stalled", labels, 1 if t.state == "stalled" else 0),
-        ("vllmdiag_seconds_since_progress", labels, round(t.since_progress(now), 3)),
-        ("vllmdiag_stalls_total", labels, t.stalls),
-        ("vllmdiag_last_culprit_rank", labels, rank if isinstance(rank, int) and not isinstance(rank, bool) else -1),
-    ]
-    out += [("vllmdiag_deployment_state", {**labels, "state": s}, 1 if t.state == s else 0) for s in STATES]
-    if t.verdict:
-        out.append(("vllmdiag_last_verdict_info", {**labels, "status": str(t.verdict.get("status")),
-                                                   "layer": str(t.verdict.get("layer") or ""),
-                                                   "culprit_role": str(culprit.get("role") or ""),
-                                                   "culprit_pid": str(culprit.get("pid") or "")}, 1))
-    return out
+            return watcher_samples(self.node, list(self.tracker.deps.values()),
+                                   {"passes": self.passes, "triages": self.triages, "errors": self.errors,
+                                    "pass_s": self.pass_s, "stuck": stuck_probe_threads()})
 
 
 def stuck_probe_threads() -> int:
