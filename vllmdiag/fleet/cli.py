@@ -80,16 +80,18 @@ def sweep_command(
         raise UsageError("--fanout must be between 1 and 4096")
     if ship_python is not None and not ship:
         raise UsageError("--ship-python needs --ship")
+    resolving = time.monotonic()
     inv = load_inventory(inventory) if inventory else None
     deadline = started + sweep_timeout if sweep_timeout is not None else None
     names = resolve_nodes([nodeset or "", *(nodes or [])], hostfile, inv, deadline)
+    resolved_s = time.monotonic() - resolving
     transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
                           ship_python=ship_python, connect_timeout_s=connect_timeout, strict_host_key_checking=strict,
                           probes=tuple(probe or ()))
     tree = TreeSpec(tuple(gateway or ()), str(topology) if topology else None) if gateway or topology else None
     plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=timeout, fanout=fanout,
                      sweep_timeout_s=sweep_timeout, tree=tree, started=started,
-                     setup_s=time.monotonic() - started)
+                     setup_s=resolved_s)
     check_tree(plan)
     if gate:
         return _gate(plan, gate_config, tp, junit, json_out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,13 @@ def gpu_cells(reports: list[DeploymentReport], verdict: Verdict, answered: bool)
 def fold_names(names: list[str]) -> str:
     """``gpu[00-11,13-47]``. Names from saved snapshots are untrusted: ones that are not plain node
     names (``a,b``, ``x[1-2]``, ``@g`` would be parsed as node-set syntax) are listed as they are."""
+    # The classes and the grid fold the same member lists: at 100,000 nodes once is enough.
+    return _fold_once(tuple(names))
+
+
+@functools.lru_cache(maxsize=8)
+def _fold_once(names_tuple: tuple[str, ...]) -> str:
+    names = list(names_tuple)
     from ClusterShell.NodeSet import NodeSet
 
     from vllmdiag.fleet.nodes import NODE_NAME

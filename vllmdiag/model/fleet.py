@@ -23,7 +23,9 @@ class NodeEntry:
     gpus: str = ""  # one character per GPU (worker): . ok, X culprit, b blocked, d degraded, ? unknown
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not asdict: its deep copy cost seconds for the 100,000 nodes a sweep may list (issue 15 item 9).
+        return {"name": self.name, "status": self.status, "reason": self.reason, "duration_s": self.duration_s,
+                "verdict": self.verdict, "gpus": self.gpus}
 
     @classmethod
     def from_dict(cls, raw: Any, where: str) -> NodeEntry:
