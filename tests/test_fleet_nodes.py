@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 from vllmdiag.fleet.inventory import parse_inventory
 from vllmdiag.fleet.nodes import resolve_nodes
 from vllmdiag.fleet.outcome import classify
@@ -28,7 +28,7 @@ def test_nodeset_syntax_and_groups() -> None:
 
 @pytest.mark.parametrize("name", HOSTILE)
 def test_hostile_names_rejected(name: str) -> None:
-    with pytest.raises(UsageError) as err:
+    with pytest.raises(BadInput) as err:
         resolve_nodes([name])
     assert "\n" not in str(err.value)
 
@@ -38,13 +38,13 @@ def test_hostfile(tmp_path: Path) -> None:
     hostfile.write_text("# fleet\nn[1-3]\n\nn9  # spare\n")
     assert resolve_nodes([], hostfile) == ["n1", "n2", "n3", "n9"]
     hostfile.write_text("n1\nn2;reboot\n")
-    with pytest.raises(UsageError):
+    with pytest.raises(BadInput):
         resolve_nodes([], hostfile)
 
 
 def test_too_many_nodes() -> None:
     for text in ("n[0-99999999]", "a[0-9999]b[0-9999]", "x,n[1-3],[0-200000]"):
-        with pytest.raises(UsageError, match="too large"):
+        with pytest.raises(BadInput, match="too large"):
             resolve_nodes([text])
 
 
@@ -55,7 +55,7 @@ def test_too_many_nodes() -> None:
     {"nodes": {"n1;id": {}}},
 ])
 def test_bad_inventory(raw: object) -> None:
-    with pytest.raises(UsageError):
+    with pytest.raises(BadInput):
         parse_inventory(raw, "inv")
 
 
@@ -74,7 +74,7 @@ def test_exec_template_and_ship() -> None:
     assert argv[:5] == ["kubectl", "exec", "-n", "llm", "pod-7"]
     assert argv[5:9] == ["--", "sh", "-c", SHIP_SNIPPET]
     assert "pod-7" not in SHIP_SNIPPET and argv[-4:] == ["--node", "pod-7", "--budget", "2.0"]
-    with pytest.raises(UsageError, match="%h"):
+    with pytest.raises(BadInput, match="%h"):
         Transport(exec_template="kubectl exec --")
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 from vllmdiag.fleet.inventory import parse_inventory
 from vllmdiag.fleet.transport import Transport, node_argv
 
@@ -117,7 +117,7 @@ FORBIDDEN = ("-oProxyCommand=/tmp/x", "-oproxycommand=/tmp/x", "-oLocalCommand=/
 
 @pytest.mark.parametrize("option", FORBIDDEN)
 def test_inventory_ssh_options_are_allow_listed(option: str) -> None:
-    with pytest.raises(UsageError):
+    with pytest.raises(BadInput):
         parse_inventory({"nodes": {"n1": {"ssh_options": [option]}}}, "inv")
 
 

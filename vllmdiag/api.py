@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.context import Context
+from vllmdiag.errors import EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_NO_DEPLOYMENT, EXIT_PROBLEM
 from vllmdiag.model import Report, Snapshot, SnapshotError
 from vllmdiag.model.report import is_drawable, is_report
 from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
 
-EXIT_CODES = {"healthy": 0, "blocked": 1, "degraded": 1, "no-deployment": 3, "inconclusive": 4}
-EXIT_USAGE = 2
+EXIT_CODES = {"healthy": EXIT_HEALTHY, "blocked": EXIT_PROBLEM, "degraded": EXIT_PROBLEM, "no-deployment": EXIT_NO_DEPLOYMENT,
+              "inconclusive": EXIT_INCONCLUSIVE}
 MAX_SNAPSHOT_BYTES = 512 << 20
 
 
@@ -25,7 +26,7 @@ class TriageResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES.get(self.report.verdict.status, 4)
+        return EXIT_CODES.get(self.report.verdict.status, EXIT_INCONCLUSIVE)
 
     def to_json(self) -> str:
         # Compact on purpose: the C encoder only runs without indent (a TP=8 report is ~200 KB).

@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from vllmdiag import __version__
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE, BadInput, VllmdiagError
 
-EXIT_USAGE = 2
-EXIT_INCONCLUSIVE = 4
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -54,22 +52,16 @@ def _guard(fn: Callable[[], Any]) -> int:
 
     Exception classes of typer/click are looked up only when something was raised, so the
     collect fast path never imports them."""
-    from vllmdiag.model import SnapshotError
-    from vllmdiag.registry import RegistryError
-
     try:
         rc = fn()
         return int(rc) if isinstance(rc, int) else 0
-    except (SnapshotError, RegistryError, UsageError) as exc:
-        return _fail(str(exc), EXIT_USAGE)
+    except VllmdiagError as exc:  # bad input (snapshots, rules, playbooks, options, files), unreachable, ...
+        return _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
         return 0
     except Exception as exc:
-        if type(exc).__name__ in ("PlaybookError", "StackRulesError"):
-            # A bad rules or playbook file (VLLMDIAG_STACK_RULES points at the user's) is bad input.
-            return _fail(str(exc), EXIT_USAGE)
         ex = _click_exceptions()
         if isinstance(exc, tuple(m.Exit for m in ex if hasattr(m, "Exit"))):
             return int(getattr(exc, "exit_code", 0))
@@ -77,7 +69,7 @@ def _guard(fn: Callable[[], Any]) -> int:
             exc.show()  # type: ignore[attr-defined]
             return EXIT_USAGE
         if isinstance(exc, tuple(m.Abort for m in ex if hasattr(m, "Abort"))):
-            return _fail("aborted", 130)
+            return _fail("aborted", EXIT_INTERRUPTED)
         if os.environ.get("VLLMDIAG_DEBUG"):
             raise
         # The last line of defence: the on-call engineer gets one line, not a traceback.
@@ -192,13 +184,13 @@ def triage_command(
     from vllmdiag.api import triage
 
     if not 0.2 <= budget <= 600:
-        raise UsageError("--budget must be between 0.2 and 600 seconds")
+        raise BadInput("--budget must be between 0.2 and 600 seconds")
     if not 0 <= watch <= 3600:
-        raise UsageError("--watch must be between 0 and 3600 seconds")
+        raise BadInput("--watch must be between 0 and 3600 seconds")
     if not 0 <= confirm <= 600:
-        raise UsageError("--confirm must be between 0 and 600 seconds")
+        raise BadInput("--confirm must be between 0 and 600 seconds")
     if native and nonblocking:
-        raise UsageError("--native cannot be combined with --nonblocking (py-spy refuses it)")
+        raise BadInput("--native cannot be combined with --nonblocking (py-spy refuses it)")
     _check_report_name(report)
     options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": nccl_ras,
                                "probe_request": probe_request}
@@ -283,7 +275,7 @@ def playbook_command(
         show_playbook_list(books)
         return 0
     if code not in books:
-        raise UsageError(f"unknown finding code {code!r}; run `vllmdiag playbook` for the list")
+        raise BadInput(f"unknown finding code {code!r}; run `vllmdiag playbook` for the list")
     show_playbook(code, books[code])
     return 0
 
@@ -299,14 +291,14 @@ def demo_command(
 ) -> int:
     """Start a simulated hung vLLM deployment, say what was injected, triage it, say if it was found, tear down."""
     if tp is not None and not 1 <= tp <= 8:
-        raise UsageError("--tp must be between 1 and 8")
+        raise BadInput("--tp must be between 1 and 8")
     _check_report_name(report)
     _verbose(verbose)
     if fleet:
         from vllmdiag.demo_fleet import demo_fleet
 
         if not 2 <= nodes <= 8:
-            raise UsageError("--nodes must be between 2 and 8")
+            raise BadInput("--nodes must be between 2 and 8")
         return int(demo_fleet(fault=fault, nodes=nodes, tp=tp or 2, rank=rank, report=report))
     from vllmdiag.demo import demo
 
@@ -315,7 +307,7 @@ def demo_command(
 
 def _check_report_name(report: Path | None) -> None:
     if report is not None and report.suffix.lower() not in (".html", ".htm", ".md"):
-        raise UsageError(f"--report {report}: use a .html or .md file name")
+        raise BadInput(f"--report {report}: use a .html or .md file name")
 
 
 def _opt(*names: str, help: str) -> Any:

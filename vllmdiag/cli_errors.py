@@ -1,7 +1,8 @@
-"""Errors the CLI turns into one-line messages (kept apart so non-CLI modules can raise them)."""
+"""Kept for code written before ``vllmdiag/errors.py``: ``UsageError`` is ``BadInput``. Import from
+``vllmdiag.errors`` in new code."""
 
 from __future__ import annotations
 
+from vllmdiag.errors import BadInput as UsageError
 
-class UsageError(Exception):
-    """Bad input from the user: shown as one line, exit 2."""
+__all__ = ["UsageError"]

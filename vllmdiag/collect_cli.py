@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 from vllmdiag import __version__
-
-EXIT_USAGE = 2
+from vllmdiag.errors import EXIT_USAGE, VllmdiagError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,8 +43,6 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
         return EXIT_USAGE
     from vllmdiag.api import collect_node as collect
-    from vllmdiag.registry import RegistryError
-
     options = {"native": args.native, "nonblocking": args.nonblocking, "nccl_ras": args.nccl_ras,
                "preflight": args.preflight}
     if args.pids:
@@ -54,9 +51,9 @@ def main(argv: list[str]) -> int:
         options["node"] = args.node
     try:
         snap = collect(probes=args.probes, options=options, budget_s=args.budget)
-    except RegistryError as exc:
+    except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {exc}\n")
-        return EXIT_USAGE
+        return exc.exit_code
     text = json.dumps(snap.to_dict(), default=str)
     if args.json or not args.out:
         sys.stdout.write(text + "\n")
@@ -68,5 +65,5 @@ def main(argv: list[str]) -> int:
         except OutputError as exc:
             sys.stdout.flush()
             sys.stderr.write(f"vllmdiag collect: {exc}\n")
-            return EXIT_USAGE
+            return exc.exit_code
     return 0

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -51,15 +51,15 @@ def check_fault(fault: str, tp: int, rank: int | None) -> None:
     from vllmdiag_sim.faults import EXPECTED, FAULTS, FaultError, validate_start
 
     if fault not in FAULTS:
-        raise UsageError(f"unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
+        raise BadInput(f"unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
     try:
         validate_start(fault, tp=tp, dp=1, nnodes=1, master_port=None)
     except FaultError as exc:
-        raise UsageError(f"--fault {fault} --tp {tp}: {exc}") from None
+        raise BadInput(f"--fault {fault} --tp {tp}: {exc}") from None
     if rank is not None and not 0 <= rank < tp:
-        raise UsageError(f"--rank must be between 0 and {tp - 1} for --tp {tp}")
+        raise BadInput(f"--rank must be between 0 and {tp - 1} for --tp {tp}")
     if fault not in EXPECTED:
-        raise UsageError(f"fault {fault} has no expected answer in vllmdiag_sim/faults.py EXPECTED: cannot grade it")
+        raise BadInput(f"fault {fault} has no expected answer in vllmdiag_sim/faults.py EXPECTED: cannot grade it")
 
 
 def say(console: Any, text: str) -> None:

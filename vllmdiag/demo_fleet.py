@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.cli_errors import UsageError
 from vllmdiag.demo import (
     Injected,
     check_fault,
@@ -32,6 +31,7 @@ from vllmdiag.demo import (
     teardown_on_sigterm,
     write_report_file,
 )
+from vllmdiag.errors import BadInput
 
 
 def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int | None = None,
@@ -68,11 +68,11 @@ def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int 
 
 def check_fleet_prerequisites() -> None:
     if os.geteuid() != 0:
-        raise UsageError("demo --fleet needs root (it creates PID and mount namespaces); run it as root, "
+        raise BadInput("demo --fleet needs root (it creates PID and mount namespaces); run it as root, "
                          "or try the single-node `vllmdiag demo`")
     missing = [t for t in ("unshare", "nsenter", "mount") if shutil.which(t) is None]
     if missing:
-        raise UsageError(f"demo --fleet needs {', '.join(missing)} (apt-get install util-linux mount)")
+        raise BadInput(f"demo --fleet needs {', '.join(missing)} (apt-get install util-linux mount)")
 
 
 @contextlib.contextmanager

@@ -16,14 +16,14 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 
 MiB = 1 << 20
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-class InputError(UsageError):
+class InputError(BadInput):
     """An input file cannot be used: one line, exit 2."""
 
 

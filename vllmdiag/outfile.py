@@ -8,7 +8,7 @@ write through it onto another file (issue 15, item 3). So:
 - a character device or FIFO (or `-`, /dev/stdout, /dev/stderr, /dev/fd/N) is written as a stream,
   non-blocking and bounded in time (a FIFO nobody reads must not hang the tool);
 - a directory, a block device, a socket, or a symlink to anything but a stream is refused.
-Every failure is an OutputError (a UsageError: one line, exit 2). Imports only the standard library:
+Every failure is an OutputError (a BadInput: one line, exit 2). Imports only the standard library:
 `collect` (which runs on every node of a sweep) uses it.
 """
 
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 
 STREAM_TIMEOUT_S = 10.0
 # Paths that name one of our own open descriptors: write to that descriptor, never reopen the file
@@ -33,7 +33,7 @@ _OWN_FD = re.compile(r"^/(?:dev/fd|proc/self/fd)/(\d+)$")
 _STD = {"-": 1, "/dev/stdout": 1, "/dev/stderr": 2}
 
 
-class OutputError(UsageError):
+class OutputError(BadInput):
     """An output file could not be written: one line, exit 2."""
 
 

@@ -19,14 +19,15 @@ from typing import Any
 
 import yaml
 
+from vllmdiag.errors import BadInput
 from vllmdiag.model import Finding
 
 _SAFE_WORD = re.compile(r"[\w./:@\[\],-]{1,200}")
 REQUIRED = ("title", "meaning", "confirm", "remediation")
 
 
-class PlaybookError(ValueError):
-    pass
+class PlaybookError(BadInput, ValueError):
+    """A playbook file that does not validate (bad input: exit 2)."""
 
 
 @functools.lru_cache(maxsize=1)

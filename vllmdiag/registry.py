@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vllmdiag.errors import BadInput
 from vllmdiag.probe import PROBE_LAYERS, ProbeSpec
 
 
@@ -20,8 +21,8 @@ class Probe:
     collect: Callable[[Any], Any]
 
 
-class RegistryError(RuntimeError):
-    pass
+class RegistryError(BadInput, RuntimeError):
+    """An unknown probe asked for (or a probe module without a valid SPEC): exit 2."""
 
 
 def discover() -> dict[str, Probe]:

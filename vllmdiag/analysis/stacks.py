@@ -16,14 +16,15 @@ from typing import Any
 
 import yaml
 
+from vllmdiag.errors import BadInput
 from vllmdiag.model import Snapshot
 
 ENV_EXTRA = "VLLMDIAG_STACK_RULES"
 Frame = tuple[str, str, int]
 
 
-class StackRulesError(ValueError):
-    pass
+class StackRulesError(BadInput, ValueError):
+    """A stack rules file (ours or VLLMDIAG_STACK_RULES) that does not validate (bad input: exit 2)."""
 
 
 @dataclass(frozen=True)

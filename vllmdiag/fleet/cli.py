@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 
 
 def register(app: Any) -> None:
@@ -73,13 +73,13 @@ def sweep_command(
         text.VERBOSE = True
 
     if not 0.5 <= timeout <= 3600 or not 0.5 <= connect_timeout <= 600:
-        raise UsageError("--timeout must be 0.5-3600 s and --connect-timeout 0.5-600 s")
+        raise BadInput("--timeout must be 0.5-3600 s and --connect-timeout 0.5-600 s")
     if sweep_timeout is not None and not 0.5 <= sweep_timeout <= 86400:
-        raise UsageError("--sweep-timeout must be between 0.5 and 86400 seconds")
+        raise BadInput("--sweep-timeout must be between 0.5 and 86400 seconds")
     if not 1 <= fanout <= 4096:
-        raise UsageError("--fanout must be between 1 and 4096")
+        raise BadInput("--fanout must be between 1 and 4096")
     if ship_python is not None and not ship:
-        raise UsageError("--ship-python needs --ship")
+        raise BadInput("--ship-python needs --ship")
     resolving = time.monotonic()
     inv = load_inventory(inventory) if inventory else None
     deadline = started + sweep_timeout if sweep_timeout is not None else None
@@ -96,7 +96,7 @@ def sweep_command(
     if gate:
         return _gate(plan, gate_config, tp, junit, json_out)
     if junit is not None or gate_config is not None or tp is not None:
-        raise UsageError("--junit, --gate-config and --tp need --gate")
+        raise BadInput("--junit, --gate-config and --tp need --gate")
     if json_out:
         result = sweep(plan, confirm=confirm)
     else:

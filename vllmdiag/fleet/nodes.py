@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 
 if TYPE_CHECKING:
     from vllmdiag.fleet.inventory import Inventory
@@ -24,7 +24,7 @@ NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+-]{0,252}")
 
 def check_name(name: str) -> str:
     if not NODE_NAME.fullmatch(name):
-        raise UsageError(f"invalid node name {name!r}: only letters, digits and _.:+- are allowed (no leading -)")
+        raise BadInput(f"invalid node name {name!r}: only letters, digits and _.:+- are allowed (no leading -)")
     return name
 
 
@@ -42,14 +42,14 @@ def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: 
         texts = [",".join(f"@{g}" for g in inventory.groups) or ",".join(inventory.nodes)]
     texts = [t for t in texts if t]
     if not texts:
-        raise UsageError("no nodes given: pass a node set (gpu[00-47]), -w, --hostfile or --inventory")
+        raise BadInput("no nodes given: pass a node set (gpu[00-47]), -w, --hostfile or --inventory")
     if len(texts) > MAX_NODES:
-        raise UsageError(f"node list too long: more than {MAX_NODES} entries")
+        raise BadInput(f"node list too long: more than {MAX_NODES} entries")
     plain: dict[str, None] = {}
     sets: list[str] = []
     for i, text in enumerate(texts):
         if "\n" in text or "\r" in text or "\0" in text:
-            raise UsageError("invalid node set: contains a line break or NUL")
+            raise BadInput("invalid node set: contains a line break or NUL")
         if NODE_NAME.fullmatch(text) and "[" not in text:
             plain[text] = None
         else:
@@ -62,7 +62,7 @@ def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: 
     merged = dict.fromkeys(names)
     merged.update(plain)
     if len(merged) > MAX_NODES:
-        raise UsageError(f"node set too large: more than {MAX_NODES} nodes")
+        raise BadInput(f"node set too large: more than {MAX_NODES} nodes")
     return sorted(merged, key=natural_key)
 
 
@@ -79,13 +79,13 @@ def _expand(texts: list[str], inventory: Inventory | None, deadline: float | Non
     total = NodeSet(resolver=resolver)
     for text in texts:
         if estimate_size(text) > MAX_NODES:  # ClusterShell expands ranges into sets: check before parsing
-            raise UsageError(f"node set too large: more than {MAX_NODES} nodes")
+            raise BadInput(f"node set too large: more than {MAX_NODES} nodes")
         try:
             total.update(NodeSet(text, resolver=resolver))
         except (NodeSetException, ValueError) as exc:
-            raise UsageError(f"invalid node set {text!r}: {exc}") from None
+            raise BadInput(f"invalid node set {text!r}: {exc}") from None
         if len(total) > MAX_NODES:
-            raise UsageError(f"node set too large: more than {MAX_NODES} nodes")
+            raise BadInput(f"node set too large: more than {MAX_NODES} nodes")
         if deadline is not None:
             _in_time(deadline)
     return [check_name(n) for n in total]
@@ -95,7 +95,7 @@ def _in_time(deadline: float) -> None:
     import time
 
     if time.monotonic() > deadline:
-        raise UsageError("the node list took longer than --sweep-timeout to resolve; split it or raise the timeout")
+        raise BadInput("the node list took longer than --sweep-timeout to resolve; split it or raise the timeout")
 
 
 def estimate_size(text: str) -> int:
@@ -120,5 +120,5 @@ def _read_hostfile(path: Path) -> list[str]:
     try:
         lines = read_input(path, "hostfile", 64 << 20).splitlines()  # regular file, never blocks, capped
     except InputError as exc:
-        raise UsageError(f"--hostfile {exc}") from None
+        raise BadInput(f"--hostfile {exc}") from None
     return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]

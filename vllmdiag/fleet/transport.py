@@ -11,7 +11,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 from vllmdiag.fleet.inventory import STRICT_VALUES, Inventory, NodeConn
 from vllmdiag.fleet.ship import SHIP_ARGV0, SHIP_PYTHON, SHIP_SNIPPET
 
@@ -31,17 +31,17 @@ class Transport:
     def __post_init__(self) -> None:
         bad = [p for p in self.probes if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", p)]
         if bad:
-            raise UsageError(f"invalid probe name {bad[0]!r}")
+            raise BadInput(f"invalid probe name {bad[0]!r}")
         if self.exec_template is not None:
             tokens = _split(self.exec_template, "--exec")
             if not tokens or not any("%h" in t for t in tokens):
-                raise UsageError("--exec template must contain %h (the node name), e.g. 'kubectl exec %h --'")
+                raise BadInput("--exec template must contain %h (the node name), e.g. 'kubectl exec %h --'")
         if not _split(self.remote_cmd, "--remote-cmd"):
-            raise UsageError("--remote-cmd must not be empty")
+            raise BadInput("--remote-cmd must not be empty")
         if self.ship_python is not None and not re.fullmatch(SHIP_PYTHON, self.ship_python):
-            raise UsageError(f"--ship-python {self.ship_python!r}: give an absolute path of plain characters")
+            raise BadInput(f"--ship-python {self.ship_python!r}: give an absolute path of plain characters")
         if self.strict_host_key_checking not in (None, *STRICT_VALUES):
-            raise UsageError(f"--strict-host-key-checking must be one of {', '.join(STRICT_VALUES)}")
+            raise BadInput(f"--strict-host-key-checking must be one of {', '.join(STRICT_VALUES)}")
 
     @property
     def kind(self) -> str:
@@ -106,4 +106,4 @@ def _split_once(text: str, what: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text))
     except ValueError as exc:
-        raise UsageError(f"{what}: cannot parse {text!r} ({exc})") from None
+        raise BadInput(f"{what}: cannot parse {text!r} ({exc})") from None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 from vllmdiag.fleet.inventory import NodeConn
 from vllmdiag.fleet.nodes import check_name
 from vllmdiag.fleet.transport import remote_argv, ssh_options
@@ -44,20 +44,20 @@ def check(plan: SweepPlan) -> None:
     if spec is None:
         return
     if bool(spec.gateways) == bool(spec.topology_file):
-        raise UsageError("give either --gateway or --topology")
+        raise BadInput("give either --gateway or --topology")
     if plan.transport.exec_template:
-        raise UsageError("--gateway/--topology sweep over ssh; they do not combine with --exec")
+        raise BadInput("--gateway/--topology sweep over ssh; they do not combine with --exec")
     if plan.transport.ship:
-        raise UsageError("--ship does not go through gateways yet: install vllmdiag on the nodes (--remote-cmd)")
+        raise BadInput("--ship does not go through gateways yet: install vllmdiag on the nodes (--remote-cmd)")
     for gw in spec.gateways:
         check_name(gw)
     both = set(spec.gateways) & set(plan.nodes)
     if both:
-        raise UsageError(f"{sorted(both)[0]} is both a gateway and a node to sweep")
+        raise BadInput(f"{sorted(both)[0]} is both a gateway and a node to sweep")
     inv = plan.inventory
     odd = sorted(n for n in plan.nodes if inv is not None and n in inv.nodes and inv.nodes[n] != inv.defaults)
     if odd:
-        raise UsageError(f"inventory settings for {odd[0]} cannot travel through a gateway: put them in an ssh "
+        raise BadInput(f"inventory settings for {odd[0]} cannot travel through a gateway: put them in an ssh "
                          "config file on the gateways (inventory defaults.ssh_config)")
 
 
@@ -74,7 +74,7 @@ def topology(spec: TreeSpec, nodes: list[str]) -> tuple[Any, str]:
             try:
                 text = read_input(Path(spec.topology_file), "topology", 1 << 20)  # regular file, size cap (issue 15)
             except InputError as exc:
-                raise UsageError(f"--topology {exc}") from None
+                raise BadInput(f"--topology {exc}") from None
         else:
             gws, targets = NodeSet.fromlist(list(spec.gateways)), NodeSet.fromlist(nodes)
             text = f"[routes]\n{root}: {gws}\n{gws}: {targets}\n"
@@ -83,7 +83,7 @@ def topology(spec: TreeSpec, nodes: list[str]) -> tuple[Any, str]:
             f.flush()
             return TopologyParser(f.name).tree(root), root
     except (TopologyError, ValueError, KeyError) as exc:
-        raise UsageError(f"topology: {exc or type(exc).__name__} (the root is this host, {root!r})") from None
+        raise BadInput(f"topology: {exc or type(exc).__name__} (the root is this host, {root!r})") from None
 
 
 def schedule(task: Any, plan: SweepPlan, handler: Any) -> Any:

@@ -1,7 +1,7 @@
 """Gate configuration: thresholds, required vs advisory checks, ports, allowed fleet env differences.
 
 Every key is optional; DEFAULT_YAML below is the documented default. Bad config is a one-line
-ConfigError (a UsageError: exit 2) naming the file and the key.
+ConfigError (a BadInput: exit 2) naming the file and the key.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 
 NODE_CHECKS = ("shm_capacity", "shm_leaks", "stale_sockets", "nofile_limit", "pids_limit", "ptrace", "pyspy",
                "gpu_health", "ports", "env", "rpc_base", "url_health", "url_metrics", "url_completion")
@@ -46,7 +46,7 @@ _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40
           "gb": 10**9, "tb": 10**12, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
-class ConfigError(UsageError):
+class ConfigError(BadInput):
     pass
 
 

@@ -6,8 +6,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from vllmdiag.cli_errors import UsageError
 from vllmdiag.context import Context
+from vllmdiag.errors import BadInput
 from vllmdiag.gate import urlprobe
 from vllmdiag.gate.checks import evaluate
 from vllmdiag.gate.config import GateConfig
@@ -29,7 +29,7 @@ def validate_url(url: str | None) -> str | None:
     except ValueError:
         port = -1
     if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
-        raise UsageError(f"--url must look like http://host:port, got {url!r}")
+        raise BadInput(f"--url must look like http://host:port, got {url!r}")
     return url.rstrip("/")
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.errors import BadInput
 
-class SnapshotError(ValueError):
+
+class SnapshotError(BadInput, ValueError):
     """Input that is not a snapshot (or report) we can read: one line, shown to the user as is."""
 
 

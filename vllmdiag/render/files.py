@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 from vllmdiag.render.safe import md_escape, sanitize_report
 
 
@@ -25,7 +25,7 @@ def report_text(report: Any, path: Path) -> str:
         return to_markdown(report, sys.argv)
     if suffix in (".html", ".htm"):
         return to_html(report, sys.argv)
-    raise UsageError(f"--report {path}: use a .html or .md file name")
+    raise BadInput(f"--report {path}: use a .html or .md file name")
 
 
 def to_markdown(report: Any, argv: list[str] | None = None) -> str:

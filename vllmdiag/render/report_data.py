@@ -121,13 +121,13 @@ def confirm_commands(d: dict[str, Any], f: dict[str, Any]) -> list[str]:
     template = d.get("exec_template")
     if not isinstance(template, str) or not template:
         return aimed
-    from vllmdiag.cli_errors import UsageError
+    from vllmdiag.errors import BadInput
     from vllmdiag.fleet.steps import via_transport
     from vllmdiag.fleet.transport import Transport
 
     try:
         return via_transport(aimed, Transport(exec_template=template))
-    except UsageError:  # a saved report is untrusted: an odd template leaves the commands as they are
+    except BadInput:  # a saved report is untrusted: an odd template leaves the commands as they are
         return aimed
 
 

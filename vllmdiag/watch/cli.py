@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Annotated, Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgKMG]i?[bB]?|[bB])?\s*$")
 
@@ -46,20 +46,20 @@ def watch_command(
     from vllmdiag.watch.watcher import WatchConfig
 
     if not 0.2 <= interval <= 3600:
-        raise UsageError("--interval must be between 0.2 and 3600 seconds")
+        raise BadInput("--interval must be between 0.2 and 3600 seconds")
     if not 0 <= confirm <= 600:
-        raise UsageError("--confirm must be between 0 and 600 seconds")
+        raise BadInput("--confirm must be between 0 and 600 seconds")
     if not 1 <= keep <= 100000:
-        raise UsageError("--keep must be between 1 and 100000")
+        raise BadInput("--keep must be between 1 and 100000")
     if not 0.2 <= budget <= 600 or not 0.1 <= on_stall_timeout <= 3600 or not 0.1 <= webhook_timeout <= 600:
-        raise UsageError("--budget, --on-stall-timeout and --webhook-timeout must be positive and bounded")
+        raise BadInput("--budget, --on-stall-timeout and --webhook-timeout must be positive and bounded")
     if report_format not in ("html", "md"):
-        raise UsageError("--report-format must be html or md")
+        raise BadInput("--report-format must be html or md")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
-        raise UsageError("--metrics-port must be between 0 and 65535")
+        raise BadInput("--metrics-port must be between 0 and 65535")
     if _under(out, Path("/dev/shm")):
         # vLLM's rings live in this tmpfs and fail when it fills: the watcher never writes there.
-        raise UsageError(f"--out {out}: not under /dev/shm (the target's shared memory); use a disk directory")
+        raise BadInput(f"--out {out}: not under /dev/shm (the target's shared memory); use a disk directory")
     cfg = WatchConfig(out_dir=out, interval_s=interval, confirm_s=confirm, keep=keep, max_bytes=parse_size(max_bytes),
                       report_suffix="." + report_format, hook_timeout_s=on_stall_timeout,
                       on_stall=hooks.parse_command(on_stall) if on_stall is not None else None,
@@ -81,7 +81,7 @@ def run(cfg: Any, metrics_port: int | None, metrics_addr: str) -> int:
         try:
             exporter = Exporter(metrics_addr, metrics_port, watcher.samples)
         except OSError as exc:
-            raise UsageError(f"--metrics-port {metrics_port} on {metrics_addr}: {exc.strerror or exc}") from None
+            raise BadInput(f"--metrics-port {metrics_port} on {metrics_addr}: {exc.strerror or exc}") from None
         exporter.start()
         host, port = exporter.address
         watcher._note(f"metrics on http://{host}:{port}/metrics")
@@ -98,11 +98,11 @@ def run(cfg: Any, metrics_port: int | None, metrics_addr: str) -> int:
 def parse_size(text: str) -> int:
     m = _SIZE.match(text)
     if not m:
-        raise UsageError(f"--max-bytes {text!r}: use a number of bytes, or with K, M or G")
+        raise BadInput(f"--max-bytes {text!r}: use a number of bytes, or with K, M or G")
     unit = (m.group(2) or "b")[0].lower()
     value = int(m.group(1)) * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit]
     if not 1 << 16 <= value <= 1 << 44:
-        raise UsageError("--max-bytes must be between 64K and 16T")
+        raise BadInput("--max-bytes must be between 64K and 16T")
     return value
 
 
@@ -111,7 +111,7 @@ def parse_select(items: list[str]) -> dict[str, str]:
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
-            raise UsageError(f"--select {item!r}: use NAME=VALUE (an environment variable of the deployment)")
+            raise BadInput(f"--select {item!r}: use NAME=VALUE (an environment variable of the deployment)")
         out[key] = value
     return out
 

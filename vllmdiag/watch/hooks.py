@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 
 MAX_REPLY_BYTES = 64 << 10
 
@@ -27,16 +27,16 @@ def parse_command(text: str) -> list[str]:
     try:
         argv = shlex.split(text)
     except ValueError as exc:
-        raise UsageError(f"--on-stall: {exc}") from None
+        raise BadInput(f"--on-stall: {exc}") from None
     if not argv:
-        raise UsageError("--on-stall: empty command")
+        raise BadInput("--on-stall: empty command")
     return argv
 
 
 def check_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError("--webhook: use an http:// or https:// URL with a host")
+        raise BadInput("--webhook: use an http:// or https:// URL with a host")
     return url
 
 

@@ -1,0 +1,163 @@
+"""The house has its doors in the right walls (docs/ARCHITECTURE.md): data flows probes -> Snapshot ->
+analysis -> Report -> render, read from every ``import`` statement of the product (module level and
+inside functions: a lazy import is still a door).
+
+Fails on an arrow from the probes to analysis/render/fleet/gate/the CLI, from render to analysis/fleet/
+gate/the CLI, from the model to anything but itself, from anything to the simulator outside the sim/demo
+entry points, from a library to the CLI, and on any import cycle between modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = "vllmdiag"
+# The face: the command line modules, the only ones that may import the CLI or the simulator.
+FACE = {"vllmdiag.cli", "vllmdiag.__main__", "vllmdiag.collect_cli", "vllmdiag.demo"}
+SIM_ENTRY = {"vllmdiag.cli", "vllmdiag.demo"}  # `vllmdiag sim ...` and `vllmdiag demo`
+
+FORBIDDEN = {
+    # (importer prefix, imported prefixes it must never reach)
+    "vllmdiag.probes": ("vllmdiag.analysis", "vllmdiag.render", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli",
+                        "vllmdiag.api", "vllmdiag.runner"),
+    "vllmdiag.render": ("vllmdiag.analysis", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli", "vllmdiag.api",
+                        "vllmdiag.probes", "vllmdiag.runner"),
+    "vllmdiag.model": tuple(f"vllmdiag.{p}" for p in ("analysis", "render", "fleet", "gate", "cli", "api", "probes",
+                                                       "runner", "context", "playbook", "registry")),
+    "vllmdiag.analysis": ("vllmdiag.render", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli", "vllmdiag.api",
+                          "vllmdiag.probes", "vllmdiag.runner"),
+    "vllmdiag.api": ("vllmdiag.render", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli"),
+    "vllmdiag.fleet": ("vllmdiag.render", "vllmdiag.cli"),
+    "vllmdiag.gate": ("vllmdiag.render", "vllmdiag.fleet", "vllmdiag.cli"),
+}
+# Known edges that wait for another change to land, each with the reason. Empty is the goal.
+ALLOWED: set[tuple[str, str]] = set()
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(importer: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".") if is_pkg else importer.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """Every module of ours this file imports (``from pkg import mod`` names the module ``pkg.mod``)."""
+    importer = module_name(path)
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(importer, path.name == "__init__.py", node)
+            subs = {f"{target}.{alias.name}" for alias in node.names} & known
+            out.update(subs or {target})
+    ours = {m for m in out if m.split(".")[0] in (PRODUCT, "vllmdiag_sim")}
+    # Importing a package's own parent (``vllmdiag.model.report`` runs ``vllmdiag.model``) is not an arrow.
+    return {m for m in ours if m != importer and not importer.startswith(m + ".")}
+
+
+def graph() -> dict[str, set[str]]:
+    files = sorted((ROOT / PRODUCT).rglob("*.py"))
+    known = {module_name(f) for f in files}
+    out: dict[str, set[str]] = {}
+    for f in files:
+        if "__pycache__" in f.parts:
+            continue
+        out[module_name(f)] = imports_of(f, known)
+    return out
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def wrong_way(edges: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for src, targets in sorted(edges.items()):
+        for dst in sorted(targets):
+            if (src, dst) in ALLOWED:
+                continue
+            for prefix, forbidden in FORBIDDEN.items():
+                if _under(src, prefix) and any(_under(dst, f) for f in forbidden):
+                    bad.append(f"{src} -> {dst}")
+            if dst.split(".")[0] == "vllmdiag_sim" and src not in SIM_ENTRY:
+                bad.append(f"{src} -> {dst} (the simulator is imported only by the sim/demo entry points)")
+            if any(_under(dst, f) for f in FACE) and src not in FACE:
+                bad.append(f"{src} -> {dst} (a library never imports the command line)")
+    return bad
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative enough for ~150 nodes)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if (v, w) in ALLOWED or w not in edges:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_graph_sees_the_imports() -> None:
+    edges = graph()
+    assert "vllmdiag.model.report" in edges["vllmdiag.analysis.engine"]  # module level
+    assert "vllmdiag.collect_cli" in edges["vllmdiag.cli"]  # inside a function
+    assert len(edges) > 100
+
+
+def test_no_wrong_way_imports() -> None:
+    assert wrong_way(graph()) == []
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(graph()) == []
+
+
+def test_the_checks_can_fail() -> None:
+    assert wrong_way({"vllmdiag.probes.stacks": {"vllmdiag.analysis.gpu"}}) == ["vllmdiag.probes.stacks -> vllmdiag.analysis.gpu"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+if __name__ == "__main__":
+    e = graph()
+    print("\n".join(wrong_way(e)) or "no wrong-way imports")
+    for c in cycles(e):
+        print("cycle:", " <-> ".join(c))
