@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from vllmdiag.analysis.engine import analyze_snapshot  # noqa: E402
+from vllmdiag.analysis.fleet.engine import analyze_fleet  # noqa: E402
 from vllmdiag.api import collect  # noqa: E402
-from vllmdiag.fleet.analysis import analyze_fleet  # noqa: E402
 from vllmdiag.model import Snapshot  # noqa: E402
 
 from fake_tree import fake_tree  # noqa: E402

@@ -18,7 +18,7 @@ EMIT = re.compile(r"""finding\(\s*["']([a-z_]+\.[a-z_]+)["']""")
 
 
 def _analysis_modules() -> list[object]:
-    import vllmdiag.fleet as fleet_pkg
+    import vllmdiag.analysis.fleet as fleet_pkg
 
     out = []
     for pkg in (analysis_pkg, fleet_pkg):

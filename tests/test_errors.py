@@ -10,7 +10,7 @@ from pathlib import Path
 
 from vllmdiag import errors
 from vllmdiag.analysis.stacks import StackRulesError
-from vllmdiag.errors import BadInput
+from vllmdiag.cli_errors import UsageError
 from vllmdiag.infile import InputError
 from vllmdiag.model import SnapshotError
 from vllmdiag.outfile import OutputError
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bad_input_kinds_are_one_class_with_exit_2() -> None:
-    for cls in (SnapshotError, StackRulesError, PlaybookError, RegistryError, InputError, OutputError, BadInput):
+    for cls in (SnapshotError, StackRulesError, PlaybookError, RegistryError, InputError, OutputError, UsageError):
         assert issubclass(cls, errors.BadInput), cls
         assert cls("x").exit_code == errors.EXIT_USAGE == 2
     assert errors.Unreachable("x").exit_code == errors.EXIT_INCONCLUSIVE == 4

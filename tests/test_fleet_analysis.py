@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from vllmdiag.analysis.fleet.engine import analyze_fleet
 from vllmdiag.api import analyze_files, collect
-from vllmdiag.fleet.analysis import analyze_fleet
 from vllmdiag.fleet.api import FleetResult, save
-from vllmdiag.fleet.outcome import NodeOutcome
-from vllmdiag.model import Snapshot
+from vllmdiag.model import NodeOutcome, Snapshot
 from vllmdiag.render.files import to_html, to_markdown
 
 from fake_tree import fake_tree

@@ -21,7 +21,8 @@ from vllmdiag.api import snapshots_from_json
 from vllmdiag.model import SnapshotError
 from vllmdiag.outfile import OutputError, write_output
 from vllmdiag.render.files import to_html, to_markdown
-from vllmdiag.render.text import make_console, render_report
+from vllmdiag.render.screen import render_report
+from vllmdiag.render.text import make_console
 
 REAL = json.loads((Path(__file__).parent / "data" / "vllm-real" / "snap-d-worker-tp1-sigstop.json").read_text())
 JSONISH = st.recursive(

@@ -160,7 +160,7 @@ def test_endpoint_view_renders_listeners_and_zmtp_status(monkeypatch: pytest.Mon
     from rich.console import Console
 
     from vllmdiag.render import text as text_view
-    from vllmdiag.render.text import render_report
+    from vllmdiag.render.screen import render_report
 
     report = analyze_report([_snap([(ROUTER, [ENGINE, WORKER], 0, None, "timeout"), (PULL, FORKED, 1, "PULL", "ok")])])
     out = io.StringIO()

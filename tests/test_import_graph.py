@@ -14,9 +14,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = "vllmdiag"
-# The face: the command line modules, the only ones that may import the CLI or the simulator.
-FACE = {"vllmdiag.cli", "vllmdiag.__main__", "vllmdiag.collect_cli", "vllmdiag.demo"}
-SIM_ENTRY = {"vllmdiag.cli", "vllmdiag.demo"}  # `vllmdiag sim ...` and `vllmdiag demo`
+SIM_ENTRY = {"vllmdiag.cli", "vllmdiag.demo", "vllmdiag.demo_fleet"}  # `vllmdiag sim ...`, `vllmdiag demo [--fleet]`
+
+
+def is_face(module: str) -> bool:
+    """The doors: ``vllmdiag/cli*.py``, ``collect_cli``/``collect_help``, ``__main__``, the demo, and each
+    package's ``cli.py`` (``fleet.cli`` registers ``sweep``). A door may import anything; nothing else
+    imports a door."""
+    parts = module.split(".")
+    return (module in ("vllmdiag.__main__", "vllmdiag.collect_cli", "vllmdiag.collect_help")
+            or (len(parts) == 2 and parts[1].startswith(("cli", "demo"))) or (len(parts) == 3 and parts[2] == "cli"))
 
 FORBIDDEN = {
     # (importer prefix, imported prefixes it must never reach)
@@ -51,12 +58,25 @@ def _resolve(importer: str, is_pkg: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def imports_of(path: Path, known: set[str]) -> set[str]:
-    """Every module of ours this file imports (``from pkg import mod`` names the module ``pkg.mod``)."""
+def _type_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:``: annotations only, never run."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def imports_of(path: Path, known: set[str], type_only: bool = True) -> set[str]:
+    """Every module of ours this file imports (``from pkg import mod`` names the module ``pkg.mod``);
+    ``type_only=False`` leaves out the imports under ``if TYPE_CHECKING:``."""
     importer = module_name(path)
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    skip = set() if type_only else _type_only(tree)
     out: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -68,14 +88,16 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
     return {m for m in ours if m != importer and not importer.startswith(m + ".")}
 
 
-def graph() -> dict[str, set[str]]:
+def graph(type_only: bool = True) -> dict[str, set[str]]:
+    """module -> the modules of ours it imports. Wrong-way arrows count type-only imports too (a type
+    is a dependency); cycles are checked on what runs (``type_only=False``)."""
     files = sorted((ROOT / PRODUCT).rglob("*.py"))
     known = {module_name(f) for f in files}
     out: dict[str, set[str]] = {}
     for f in files:
         if "__pycache__" in f.parts:
             continue
-        out[module_name(f)] = imports_of(f, known)
+        out[module_name(f)] = imports_of(f, known, type_only)
     return out
 
 
@@ -89,12 +111,16 @@ def wrong_way(edges: dict[str, set[str]]) -> list[str]:
         for dst in sorted(targets):
             if (src, dst) in ALLOWED:
                 continue
+            if is_face(src):
+                if dst.split(".")[0] == "vllmdiag_sim" and src not in SIM_ENTRY:
+                    bad.append(f"{src} -> {dst} (the simulator is imported only by the sim/demo entry points)")
+                continue
             for prefix, forbidden in FORBIDDEN.items():
                 if _under(src, prefix) and any(_under(dst, f) for f in forbidden):
                     bad.append(f"{src} -> {dst}")
-            if dst.split(".")[0] == "vllmdiag_sim" and src not in SIM_ENTRY:
+            if dst.split(".")[0] == "vllmdiag_sim":
                 bad.append(f"{src} -> {dst} (the simulator is imported only by the sim/demo entry points)")
-            if any(_under(dst, f) for f in FACE) and src not in FACE:
+            if is_face(dst):
                 bad.append(f"{src} -> {dst} (a library never imports the command line)")
     return bad
 
@@ -138,7 +164,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_sees_the_imports() -> None:
     edges = graph()
-    assert "vllmdiag.model.report" in edges["vllmdiag.analysis.engine"]  # module level
+    assert "vllmdiag.model" in edges["vllmdiag.analysis.engine"]  # module level
     assert "vllmdiag.collect_cli" in edges["vllmdiag.cli"]  # inside a function
     assert len(edges) > 100
 
@@ -148,7 +174,7 @@ def test_no_wrong_way_imports() -> None:
 
 
 def test_no_import_cycles() -> None:
-    assert cycles(graph()) == []
+    assert cycles(graph(type_only=False)) == []
 
 
 def test_the_checks_can_fail() -> None:
@@ -156,8 +182,21 @@ def test_the_checks_can_fail() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_ship_bundle_holds_the_collect_path_only() -> None:
+    """What ``sweep --ship`` copies to a node: no simulator, no front end (render, fleet, gate, CLI)."""
+    import io
+    import zipfile
+
+    from vllmdiag.fleet.ship import build_zipapp
+
+    data = build_zipapp()
+    names = zipfile.ZipFile(io.BytesIO(data[data.index(b"PK"):])).namelist()
+    assert "vllmdiag/collect_cli.py" in names and "vllmdiag/model/report.py" in names
+    assert not [n for n in names if n.startswith(("vllmdiag_sim", "vllmdiag/render/", "vllmdiag/fleet/", "vllmdiag/gate/"))]
+
+
 if __name__ == "__main__":
     e = graph()
     print("\n".join(wrong_way(e)) or "no wrong-way imports")
-    for c in cycles(e):
+    for c in cycles(graph(type_only=False)):
         print("cycle:", " <-> ".join(c))

@@ -22,7 +22,8 @@ from vllmdiag.analysis.engine import analyze
 from vllmdiag.api import snapshots_from_json
 from vllmdiag.render.files import to_html, to_markdown
 from vllmdiag.render.safe import clean, md_escape
-from vllmdiag.render.text import make_console, render_report
+from vllmdiag.render.screen import render_report
+from vllmdiag.render.text import make_console
 
 REAL = Path(__file__).parent / "data" / "vllm-real" / "snap-d-worker-tp1-sigstop.json"
 EVIL = "\x1b]0;pwned\x07\x1b[2J\x1b[31mFAKE HEALTHY\x9b1m\r\u202e<script>alert(1)</script>[bold red]MARKUP[/]|x"

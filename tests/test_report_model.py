@@ -16,11 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from vllmdiag.analysis.fleet.engine import analyze_fleet
 from vllmdiag.api import analyze_files, load_snapshots
-from vllmdiag.fleet.analysis import analyze_fleet
-from vllmdiag.fleet.outcome import NodeOutcome
-from vllmdiag.model import Report, SnapshotError
-from vllmdiag.render.text import draw
+from vllmdiag.model import NodeOutcome, Report, SnapshotError
+from vllmdiag.render.screen import draw
 
 REAL = Path(__file__).parent / "data" / "vllm-real"
 OLD_REPORT = Path(__file__).parent / "data" / "reports" / "old-report-d-sigstop.json"

@@ -11,13 +11,15 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.errors import EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_NO_DEPLOYMENT, EXIT_PROBLEM
-from vllmdiag.model import Report, Snapshot, SnapshotError
+from vllmdiag.model import NodeOutcome, Report, Snapshot, SnapshotError
 from vllmdiag.model.report import is_drawable, is_report
 from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
 
 EXIT_CODES = {"healthy": EXIT_HEALTHY, "blocked": EXIT_PROBLEM, "degraded": EXIT_PROBLEM, "no-deployment": EXIT_NO_DEPLOYMENT,
               "inconclusive": EXIT_INCONCLUSIVE}
 MAX_SNAPSHOT_BYTES = 512 << 20
+# Written next to the snapshots by sweep --save; not *.json, so load_snapshots() does not take it for one.
+NODES_FILE = "nodes.sweep"
 
 
 @dataclass
@@ -135,14 +137,39 @@ def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageRes
             snaps.extend(load_snapshots(path))
     if not snaps:
         raise SnapshotError("no snapshot found in " + ", ".join(str(p) for p in paths))
-    from vllmdiag.fleet.api import analyze_saved  # several nodes (e.g. a sweep --save dir): the fleet verdict
-
-    fleet = analyze_saved(paths, snaps, pids)
+    fleet = analyze_saved(paths, snaps, pids)  # several nodes (e.g. a sweep --save dir): the fleet verdict
     if fleet is not None:
         return fleet
     from vllmdiag.analysis.engine import analyze
 
     return TriageResult(analyze(snaps, set(pids) if pids else None))
+
+
+def analyze_saved(paths: list[Path], snaps: list[Snapshot], pids: list[int] | None = None) -> TriageResult | None:
+    """The fleet verdict for `vllmdiag analyze` when its snapshots come from several nodes, else None;
+    the node statuses a ``sweep --save`` wrote next to them (unreachable nodes) are read back too."""
+    from vllmdiag.analysis.fleet.engine import analyze_fleet, is_fleet
+
+    if pids or not is_fleet(snaps):
+        return None
+    outcomes: list[NodeOutcome] = []
+    for path in paths:
+        status_file = path / NODES_FILE if path.is_dir() else None
+        if status_file is not None and status_file.is_file():
+            outcomes += _read_nodes(status_file)
+    return TriageResult(analyze_fleet(snaps, outcomes or None))
+
+
+def _read_nodes(path: Path) -> list[NodeOutcome]:
+    from vllmdiag.infile import InputError, read_input
+
+    try:
+        raw = json.loads(read_input(path, "node list", 64 << 20))
+    except (InputError, json.JSONDecodeError, RecursionError) as exc:
+        raise SnapshotError(f"{path}: cannot read the node list ({exc})") from None
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise SnapshotError(f"{path}: expected a JSON list of node entries")
+    return [NodeOutcome.from_dict(r) for r in raw]
 
 
 def load_snapshots(path: Path) -> list[Snapshot]:

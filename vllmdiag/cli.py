@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from vllmdiag import __version__
+from vllmdiag.cli_common import arg as _arg
+from vllmdiag.cli_common import emit
+from vllmdiag.cli_common import opt as _opt
 from vllmdiag.errors import EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE, BadInput, VllmdiagError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -126,42 +129,6 @@ def _collect_passthrough() -> int:
     from vllmdiag.collect_cli import main as collect_main
 
     return collect_main(sys.argv[2:])
-
-
-def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None = None) -> int:
-    """Print a triage/analyze/sweep result (JSON or rich), write --save/--report files, return the exit code.
-
-    The verdict is printed first: a file that cannot be written (a directory, a full disk, a
-    symlink we refuse to follow) is one line and exit 2 after it, never a lost verdict."""
-    if as_json:
-        sys.stdout.write(result.to_json() + "\n")
-    else:
-        from vllmdiag.render.text import draw
-
-        draw(result.report)
-    from vllmdiag.outfile import OutputError, write_output
-
-    errors: list[OutputError] = []
-    if save is not None:
-        import json
-
-        snaps = result.report.snapshots
-        payload = snaps[0].to_dict() if len(snaps) == 1 else {"snapshots": [s.to_dict() for s in snaps]}
-        try:
-            write_output(save, json.dumps(payload, default=str) + "\n", "--save")
-        except OutputError as exc:
-            errors.append(exc)
-    if report_file is not None:
-        from vllmdiag.render.files import report_text
-
-        try:
-            write_output(report_file, report_text(result.report, report_file), "--report")
-        except OutputError as exc:
-            errors.append(exc)
-    if errors:
-        sys.stdout.flush()
-        raise errors[0]
-    return int(result.exit_code)
 
 
 def triage_command(
@@ -308,15 +275,3 @@ def demo_command(
 def _check_report_name(report: Path | None) -> None:
     if report is not None and report.suffix.lower() not in (".html", ".htm", ".md"):
         raise BadInput(f"--report {report}: use a .html or .md file name")
-
-
-def _opt(*names: str, help: str) -> Any:
-    import typer
-
-    return typer.Option(*names, help=help)
-
-
-def _arg(help: str) -> Any:
-    import typer
-
-    return typer.Argument(help=help, show_default=False)

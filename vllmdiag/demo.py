@@ -70,7 +70,8 @@ def demo(fault: str = "straggler", tp: int = 4, rank: int | None = None, report:
          console: Any = None) -> int:
     """Start a deployment, inject `fault`, triage it, say whether it was found; the triage exit code."""
     from vllmdiag import api
-    from vllmdiag.render.text import draw, make_console
+    from vllmdiag.render.screen import draw
+    from vllmdiag.render.text import make_console
     from vllmdiag_sim.deployment import Deployment
     from vllmdiag_sim.faults import FAULTS
 

@@ -37,7 +37,8 @@ from vllmdiag.errors import BadInput
 def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int | None = None,
                report: Path | None = None, console: Any = None) -> int:
     """Start `nodes` namespaced nodes, put `fault` on one, sweep them all; the sweep's exit code."""
-    from vllmdiag.render.text import draw, make_console
+    from vllmdiag.render.screen import draw
+    from vllmdiag.render.text import make_console
     from vllmdiag_sim.faults import FAULTS
 
     check_fleet_prerequisites()

@@ -15,7 +15,8 @@ from typing import Any
 
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, role_of
-from vllmdiag.analysis.stacks import StackClass, classify_snapshot, classify_threads
+from vllmdiag.analysis.resample import held, resampled_classes
+from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
 
 LAYER = "gpu"
@@ -124,27 +125,6 @@ def _resample_for(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
     if workers and all(c is not None and c.name == "idle" for c in workers):
         pids += [p["pid"] for p in procs if (c := classes.get(p["pid"])) is not None and c.name == "engine_busy"]
     return sorted(set(pids))
-
-
-def resampled_classes(snapshot: Snapshot) -> dict[int, StackClass]:
-    """pid -> its latest later look: the resample, then the confirm window's passes (the last one wins),
-    so a picture that held over the whole window counts as held."""
-    roles = {p["pid"]: p.get("role") for p in snapshot.data("processes").get("processes", [])}
-    out = {int(d["pid"]): classify_threads(d["resample"]["threads"], roles.get(d["pid"]))
-           for d in snapshot.data("stacks").get("dumps", []) if (d.get("resample") or {}).get("threads")}
-    for later in snapshot.passes:
-        for d in later.data("stacks").get("dumps", []) or []:
-            if isinstance(d, dict) and d.get("threads") and d.get("pid") in roles:
-                out[int(d["pid"])] = classify_threads(d["threads"], roles.get(d["pid"]))
-    return out
-
-
-def held(pid: int | None, first: StackClass | None, again: dict[int, StackClass]) -> bool | None:
-    """True: the second sample shows the same class and place; False: it moved; None: no second sample."""
-    if pid is None or pid not in again:
-        return None
-    second = again[pid]
-    return first is None or (second.label == first.label and second.where == first.where)
 
 
 def fold(names: list[str]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, role_of
+from vllmdiag.analysis.resample import held, resampled_classes
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
 
@@ -43,8 +44,6 @@ def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
 
 
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    from vllmdiag.analysis.gpu import held, resampled_classes
-
     classes = classify_snapshot(snapshot)
     again = resampled_classes(snapshot)
     out = []

@@ -13,7 +13,7 @@ from typing import Any
 
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment
-from vllmdiag.analysis.gpu import held, resampled_classes
+from vllmdiag.analysis.resample import held, resampled_classes
 from vllmdiag.analysis.stacks import classify_snapshot
 from vllmdiag.model import Finding, Snapshot
 

@@ -8,16 +8,13 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from vllmdiag.api import TriageResult
-from vllmdiag.fleet.analysis import analyze_fleet, is_fleet
-from vllmdiag.fleet.confirm import CONFIRM_PROBES, merge_resample, nodes_to_confirm
+from vllmdiag.analysis.fleet.confirm import CONFIRM_PROBES, merge_resample, nodes_to_confirm
+from vllmdiag.analysis.fleet.engine import analyze_fleet
+from vllmdiag.api import NODES_FILE, TriageResult
 from vllmdiag.fleet.outcome import NodeOutcome
 from vllmdiag.fleet.steps import via_transport
 from vllmdiag.fleet.sweep import Progress, SweepPlan, run_sweep
-from vllmdiag.model import Snapshot, SnapshotError
 
-# Written next to the snapshots by --save; not *.json, so load_snapshots() does not take it for one.
-NODES_FILE = "nodes.sweep"
 MIN_CONFIRM_S = 2.0
 
 
@@ -80,27 +77,3 @@ def save(result: TriageResult, directory: Path) -> list[Path]:
 def safe_stem(name: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)[:200].lstrip(".") or "node"
     return stem
-
-
-def analyze_saved(paths: list[Path], snaps: list[Snapshot], pids: list[int] | None = None) -> FleetResult | None:
-    """The fleet verdict for `vllmdiag analyze` when its snapshots come from several nodes, else None."""
-    if pids or not is_fleet(snaps):
-        return None
-    outcomes: list[NodeOutcome] = []
-    for path in paths:
-        status_file = path / NODES_FILE if path.is_dir() else None
-        if status_file is not None and status_file.is_file():
-            outcomes += _read_nodes(status_file)
-    return FleetResult(report=analyze_fleet(snaps, outcomes or None), outcomes=outcomes)
-
-
-def _read_nodes(path: Path) -> list[NodeOutcome]:
-    from vllmdiag.infile import InputError, read_input
-
-    try:
-        raw = json.loads(read_input(path, "node list", 64 << 20))
-    except (InputError, json.JSONDecodeError, RecursionError) as exc:
-        raise SnapshotError(f"{path}: cannot read the node list ({exc})") from None
-    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
-        raise SnapshotError(f"{path}: expected a JSON list of node entries")
-    return [NodeOutcome.from_dict(r) for r in raw]

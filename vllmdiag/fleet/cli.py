@@ -8,23 +8,13 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
+from vllmdiag.cli_common import arg as _arg
+from vllmdiag.cli_common import opt as _opt
 from vllmdiag.errors import BadInput
 
 
 def register(app: Any) -> None:
     app.command("sweep")(sweep_command)
-
-
-def _opt(*names: str, help: str) -> Any:
-    import typer
-
-    return typer.Option(*names, help=help)
-
-
-def _arg(help: str) -> Any:
-    import typer
-
-    return typer.Argument(help=help, show_default=False)
 
 
 def sweep_command(
@@ -101,7 +91,7 @@ def sweep_command(
         result = sweep(plan, confirm=confirm)
     else:
         result = _with_progress(plan, lambda p, progress: sweep(p, progress, confirm))
-    from vllmdiag.cli import emit
+    from vllmdiag.cli_common import emit
 
     rc = emit(result, json_out, report)  # the verdict first: a --save that cannot be written is exit 2 after it
     if save is not None:
@@ -125,7 +115,8 @@ def _process_start() -> float:
 def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool) -> int:
     import json
 
-    from vllmdiag.fleet.gate import gate_payload, render_gate, sweep_gate
+    from vllmdiag.fleet.gate import gate_payload, sweep_gate
+    from vllmdiag.render.gate_view import render_gate
 
     if json_out:
         result, outcomes = sweep_gate(plan, config, tp)

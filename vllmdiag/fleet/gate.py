@@ -40,23 +40,3 @@ def gate_payload(result: Any, outcomes: list[NodeOutcome]) -> dict[str, Any]:
     out: dict[str, Any] = result.to_dict()
     out["sweep"] = [o.to_dict() for o in outcomes]
     return out
-
-
-def render_gate(result: Any, console: Any = None) -> None:
-    from rich.table import Table
-
-    from vllmdiag.render.text import escape, make_console
-
-    console = console or make_console()
-    table = Table(title=f"sweep --gate: {'PASS' if result.passed else 'FAIL'}")
-    for col in ("node", "result", "failed (required)", "warnings"):
-        table.add_column(col)
-    for name, node in sorted(result.nodes.items()):
-        failed = [c.name for c in node.checks if c.blocks]
-        warned = [c.name for c in node.checks if c.status in ("warn", "fail") and not c.blocks]
-        table.add_row(escape(name), "[green]pass[/]" if node.passed else "[bold red]fail[/]", escape(", ".join(failed)),
-                      escape(", ".join(warned)))
-    console.print(table)
-    for c in result.fleet_checks:
-        if c.status != "pass":
-            console.print(f"[bold]{escape(c.name)}[/] {escape(c.status)}: {escape(c.reason)}")

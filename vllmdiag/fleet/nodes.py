@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vllmdiag.errors import BadInput
+from vllmdiag.model.fleet import NODE_NAME, natural_key
 
 if TYPE_CHECKING:
     from vllmdiag.fleet.inventory import Inventory
 
 MAX_NODES = 100_000
-# Host names, FQDNs, IPv4, pod names, slurm names. No shell metacharacters, no spaces, no leading '-'
-# (ssh and kubectl would read it as an option), no '/' (it becomes a file name under --save).
-NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+-]{0,252}")
 
 
 def check_name(name: str) -> str:
@@ -64,11 +62,6 @@ def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: 
     if len(merged) > MAX_NODES:
         raise BadInput(f"node set too large: more than {MAX_NODES} nodes")
     return sorted(merged, key=natural_key)
-
-
-def natural_key(name: str) -> tuple[Any, ...]:
-    """gpu2 before gpu10, as ClusterShell orders a node set."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def _expand(texts: list[str], inventory: Inventory | None, deadline: float | None) -> list[str]:

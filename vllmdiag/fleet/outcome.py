@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
 
 from vllmdiag.model import Snapshot, SnapshotError
+from vllmdiag.model.fleet import NodeOutcome
 from vllmdiag.redact import redact_text
 
-NODE_STATUSES = ("ok", "unreachable", "timeout", "error")
 # ssh exits 255 for its own failures; its message says which. Order matters: first match wins.
 _SSH_REASONS = (
     ("Permission denied", "error", "ssh authentication failed"),
@@ -24,27 +22,6 @@ _SSH_REASONS = (
     ("Connection closed", "unreachable", "connection closed by the remote side"),
     ("Connection reset", "unreachable", "connection reset"),
 )
-
-
-@dataclass
-class NodeOutcome:
-    name: str
-    status: str
-    reason: str | None
-    duration_s: float
-    snapshot: Snapshot | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "reason": self.reason, "duration_s": round(self.duration_s, 3)}
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> NodeOutcome:
-        status = raw.get("status")
-        if status not in NODE_STATUSES or not isinstance(raw.get("name"), str):
-            raise SnapshotError(f"node entry {raw!r:.80}: needs a name and a status in {', '.join(NODE_STATUSES)}")
-        reason = raw.get("reason")
-        return cls(name=raw["name"], status=status, reason=None if reason is None else str(reason),
-                   duration_s=float(raw.get("duration_s") or 0.0))
 
 
 def classify(node: str, *, rc: int | None, timed_out: bool, stdout: list[bytes], stderr: list[bytes], duration_s: float,

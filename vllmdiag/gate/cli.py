@@ -11,15 +11,11 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+from vllmdiag.cli_common import opt as _opt
+
 
 def register(app: Any) -> None:
     app.command("gate")(gate_command)
-
-
-def _opt(*names: str, help: str) -> Any:
-    import typer
-
-    return typer.Option(*names, help=help)
 
 
 def gate_command(
@@ -48,7 +44,7 @@ def gate_command(
                    "snapshot": node.snapshot.to_dict() if node.snapshot else None}
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
     else:
-        from vllmdiag.gate.render import render_node
+        from vllmdiag.render.gate_view import render_node
 
         render_node(node)
     _write_files(node, junit, prom)

@@ -5,7 +5,7 @@ class round-trips through plain JSON (``from_dict(to_dict(x)) == x``)."""
 from __future__ import annotations
 
 from vllmdiag.model._check import SnapshotError
-from vllmdiag.model.fleet import NODE_STATUSES, FleetSection, GridRow, GroupBrief, NodeClass, NodeEntry
+from vllmdiag.model.fleet import NODE_STATUSES, FleetSection, GridRow, GroupBrief, NodeClass, NodeEntry, NodeOutcome
 from vllmdiag.model.report import REPORT_SCHEMA_VERSION, DeploymentReport, ProcessBrief, Report, RingView
 from vllmdiag.model.snapshot import PROBE_STATUSES, SCHEMA_VERSION, ProbeResult, Snapshot
 from vllmdiag.model.verdict import LAYERS, SEVERITIES, VERDICT_STATUSES, Culprit, Finding, Verdict
@@ -13,5 +13,5 @@ from vllmdiag.model.verdict import LAYERS, SEVERITIES, VERDICT_STATUSES, Culprit
 __all__ = [
     "LAYERS", "NODE_STATUSES", "PROBE_STATUSES", "REPORT_SCHEMA_VERSION", "SCHEMA_VERSION", "SEVERITIES",
     "VERDICT_STATUSES", "Culprit", "DeploymentReport", "Finding", "FleetSection", "GridRow", "GroupBrief", "NodeClass",
-    "NodeEntry", "ProbeResult", "ProcessBrief", "Report", "RingView", "Snapshot", "SnapshotError", "Verdict",
+    "NodeEntry", "NodeOutcome", "ProbeResult", "ProcessBrief", "Report", "RingView", "Snapshot", "SnapshotError", "Verdict",
 ]

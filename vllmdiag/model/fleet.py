@@ -3,12 +3,45 @@ per-node verdicts. Computed by fleet analysis, drawn by render; nothing here rec
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllmdiag.model import _check as c
+from vllmdiag.model.snapshot import Snapshot
 
 NODE_STATUSES = ("ok", "unreachable", "timeout", "error")
+# Host names, FQDNs, IPv4, pod names, slurm names. No shell metacharacters, no spaces, no leading '-'
+# (ssh and kubectl would read it as an option), no '/' (it becomes a file name under --save).
+NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+-]{0,252}")
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """gpu2 before gpu10, as ClusterShell orders a node set."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+@dataclass
+class NodeOutcome:
+    """How one node of a sweep answered: ok with its snapshot, or unreachable / timeout / error with why."""
+
+    name: str
+    status: str
+    reason: str | None
+    duration_s: float
+    snapshot: Snapshot | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "reason": self.reason, "duration_s": round(self.duration_s, 3)}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> NodeOutcome:
+        status = raw.get("status")
+        if status not in NODE_STATUSES or not isinstance(raw.get("name"), str):
+            raise c.SnapshotError(f"node entry {raw!r:.80}: needs a name and a status in {', '.join(NODE_STATUSES)}")
+        reason = raw.get("reason")
+        return cls(name=raw["name"], status=status, reason=None if reason is None else str(reason),
+                   duration_s=float(raw.get("duration_s") or 0.0))
 
 
 @dataclass

@@ -121,14 +121,9 @@ def confirm_commands(d: dict[str, Any], f: dict[str, Any]) -> list[str]:
     template = d.get("exec_template")
     if not isinstance(template, str) or not template:
         return aimed
-    from vllmdiag.errors import BadInput
-    from vllmdiag.fleet.steps import via_transport
-    from vllmdiag.fleet.transport import Transport
+    from vllmdiag.steps import via_exec
 
-    try:
-        return via_transport(aimed, Transport(exec_template=template))
-    except BadInput:  # a saved report is untrusted: an odd template leaves the commands as they are
-        return aimed
+    return via_exec(aimed, template)  # a saved report is untrusted: an odd template leaves the commands as they are
 
 
 def short_name(p: dict[str, Any] | None) -> str:

@@ -6,11 +6,10 @@ picked up here when present, so each layer owns its own picture. Rendering never
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from vllmdiag.model import Report, Verdict
-from vllmdiag.render.safe import clean, sanitize_report
+from vllmdiag.render.safe import clean
 
 STATUS_STYLE = {"healthy": "bold green", "blocked": "bold red", "degraded": "bold yellow",
                 "no-deployment": "bold blue", "inconclusive": "bold magenta"}
@@ -35,47 +34,6 @@ def make_console(file: Any = None) -> Any:
     return Console(file=file, highlight=False, soft_wrap=False)
 
 
-def draw(report: Report, console: Any = None) -> None:
-    """The whole screen for a report: the fleet picture for a sweep, the node picture otherwise."""
-    if report.is_fleet:
-        from vllmdiag.render.fleet_view import render_fleet
-
-        render_fleet(report, console)
-    else:
-        render_report(report, console)
-
-
-def render_report(report: Report, console: Any = None) -> None:
-    report = sanitize_report(report)
-    console = console or make_console()
-    # Every section is guarded: odd-typed data from an untrusted snapshot costs that section one
-    # line, never the verdict and never an "internal error" exit (issue 15, item 13).
-    if not _section(console, "verdict", lambda: console.print(verdict_panel(report.verdict))):
-        console.print(plain_verdict(report.verdict))
-    for dep in _seq(report.deployments):
-        _section(console, "deployment", lambda dep=dep: console.print(deployment_tree(dep.to_dict(), fold=not VERBOSE)))
-    if not VERBOSE:
-        _section(console, "summary", lambda: _render_compact(report, console))
-        return
-    for name in VIEWS:
-        try:
-            module = importlib.import_module(f"vllmdiag.render.{name}_view")
-        except ModuleNotFoundError:
-            continue
-        _section(console, f"{name} view", lambda m=module: m.render(report, console))
-    if report.findings:
-        _section(console, "findings", lambda: console.print(findings_table(report)))
-
-
-def _section(console: Any, name: str, show: Any) -> bool:
-    try:
-        show()
-        return True
-    except Exception as exc:
-        console.print(f"[dim]({escape(name)} not shown: malformed data: {escape(type(exc).__name__)})[/]")
-        return False
-
-
 def _seq(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [] if value is None else [value]
 
@@ -93,20 +51,6 @@ def plain_verdict(v: Verdict) -> Any:
     for step in _seq(v.next_steps):
         body.append(f"\n  $ {step}", style="cyan")
     return Panel(body, title="vllmdiag verdict")
-
-
-def _render_compact(report: Report, console: Any) -> None:
-    from vllmdiag.render import compact
-
-    try:
-        compact.render(report.to_dict(), console)
-    except Exception as exc:  # odd-typed snapshot data: the section says so, the verdict stays
-        console.print(f"[dim](layer summary not shown: malformed data: {escape(type(exc).__name__)})[/]")
-    if report.is_fleet:
-        from vllmdiag.render import fleet_view
-
-        fleet_view.render(report, console)
-    print_findings(report, console)
 
 
 def print_findings(report: Report, console: Any) -> None:

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 from typing import Annotated, Any
 
+from vllmdiag.cli_common import opt as _opt
 from vllmdiag.errors import BadInput
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgKMG]i?[bB]?|[bB])?\s*$")
@@ -15,12 +16,6 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([kmgKMG]i?[bB]?|[bB])?\s*$")
 
 def register(app: Any) -> None:
     app.command("watch")(watch_command)
-
-
-def _opt(*names: str, help: str, hidden: bool = False) -> Any:
-    import typer
-
-    return typer.Option(*names, help=help, hidden=hidden)
 
 
 def watch_command(

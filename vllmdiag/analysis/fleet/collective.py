@@ -12,8 +12,8 @@ from typing import Any
 
 from vllmdiag.analysis import gpu
 from vllmdiag.analysis.common import culprit
+from vllmdiag.analysis.fleet.groups import RankGroup
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
-from vllmdiag.fleet.groups import RankGroup
 from vllmdiag.model import Finding, Snapshot
 
 CODES = ("fleet.rank_straggler", "fleet.collective_mismatch")

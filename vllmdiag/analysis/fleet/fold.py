@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmdiag.analysis.engine import STATUS_RANK
-from vllmdiag.fleet.outcome import NodeOutcome
-from vllmdiag.model import Culprit, DeploymentReport, Finding, GridRow, NodeClass, NodeEntry, Snapshot, Verdict
+from vllmdiag.model import Culprit, DeploymentReport, Finding, GridRow, NodeClass, NodeEntry, NodeOutcome, Snapshot, Verdict
 
 # One character per GPU (worker) in the grid: what the renderers colour.
 CELL_OK, CELL_CULPRIT, CELL_BLOCKED, CELL_DEGRADED, CELL_UNKNOWN = ".", "X", "b", "d", "?"
@@ -82,7 +81,7 @@ def _fold_once(names_tuple: tuple[str, ...]) -> str:
     names = list(names_tuple)
     from ClusterShell.NodeSet import NodeSet
 
-    from vllmdiag.fleet.nodes import NODE_NAME
+    from vllmdiag.model.fleet import NODE_NAME
 
     if not all(NODE_NAME.fullmatch(n) for n in names):
         return ",".join(sorted(names))
@@ -95,7 +94,7 @@ def fast_fold(names: list[str]) -> str:
     """The same ``prefix[ranges]suffix`` folding on the last number of each name, linear after a sort
     (NodeSet.fromlist takes seconds at 100,000 names, and the verdict is on the sweep's deadline).
     Numbers fold only with numbers of the same written width when zero-padded, as in ClusterShell."""
-    from vllmdiag.fleet.nodes import natural_key
+    from vllmdiag.model.fleet import natural_key
 
     found: dict[tuple[str, str], list[str]] = {}
     loose: list[str] = []

@@ -11,11 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vllmdiag.analysis.engine import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
-from vllmdiag.fleet import groups as rank_groups
-from vllmdiag.fleet.collective import compare_across_nodes
-from vllmdiag.fleet.fold import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows
-from vllmdiag.fleet.outcome import NodeOutcome
-from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, Report, Snapshot, SnapshotError, Verdict
+from vllmdiag.analysis.fleet import groups as rank_groups
+from vllmdiag.analysis.fleet.collective import compare_across_nodes
+from vllmdiag.analysis.fleet.fold import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows
+from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, NodeOutcome, Report, Snapshot, SnapshotError, Verdict
 
 STATUS_OF_FAILED = "inconclusive"
 # What malformed data from an untrusted node raises in analysis (RecursionError: absurd nesting).

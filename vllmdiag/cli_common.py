@@ -1,0 +1,57 @@
+"""What every command of the face shares: the typer option/argument helpers and ``emit`` (print a result as
+JSON or the rich view, write --save/--report files, return the exit code). Commands live in ``cli.py``
+and each package's ``cli.py`` (sweep, gate, watch); they import this, never each other."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def opt(*names: str, help: str, hidden: bool = False) -> Any:
+    import typer
+
+    return typer.Option(*names, help=help, hidden=hidden)
+
+
+def arg(help: str) -> Any:
+    import typer
+
+    return typer.Argument(help=help, show_default=False)
+
+
+def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None = None) -> int:
+    """Print a triage/analyze/sweep result (JSON or rich), write --save/--report files, return the exit code.
+
+    The verdict is printed first: a file that cannot be written (a directory, a full disk, a
+    symlink we refuse to follow) is one line and exit 2 after it, never a lost verdict."""
+    if as_json:
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        from vllmdiag.render.screen import draw
+
+        draw(result.report)
+    from vllmdiag.outfile import OutputError, write_output
+
+    errors: list[OutputError] = []
+    if save is not None:
+        import json
+
+        snaps = result.report.snapshots
+        payload = snaps[0].to_dict() if len(snaps) == 1 else {"snapshots": [s.to_dict() for s in snaps]}
+        try:
+            write_output(save, json.dumps(payload, default=str) + "\n", "--save")
+        except OutputError as exc:
+            errors.append(exc)
+    if report_file is not None:
+        from vllmdiag.render.files import report_text
+
+        try:
+            write_output(report_file, report_text(result.report, report_file), "--report")
+        except OutputError as exc:
+            errors.append(exc)
+    if errors:
+        sys.stdout.flush()
+        raise errors[0]
+    return int(result.exit_code)

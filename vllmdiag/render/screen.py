@@ -1,0 +1,78 @@
+"""The whole screen for a report: verdict first, then the deployments, then either the compact layer
+summary (default) or every layer's view (``-v``), then findings; the fleet picture for a sweep.
+
+Every section is guarded: odd-typed data from an untrusted snapshot or saved report costs that section
+one line, never the verdict and never an "internal error" exit (issue 15, item 13). Drawing only:
+the pieces live in ``text.py`` and ``<layer>_view.py``; nothing here collects or decides.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from vllmdiag.model import Report
+from vllmdiag.render import compact, text
+from vllmdiag.render.fleet_view import render as fleet_section
+from vllmdiag.render.fleet_view import render_fleet
+from vllmdiag.render.safe import sanitize_report
+from vllmdiag.render.text import (
+    VIEWS,
+    _seq,
+    deployment_tree,
+    escape,
+    findings_table,
+    make_console,
+    plain_verdict,
+    print_findings,
+    verdict_panel,
+)
+
+
+def draw(report: Report, console: Any = None) -> None:
+    """The whole screen for a report: the fleet picture for a sweep, the node picture otherwise."""
+    if report.is_fleet:
+        render_fleet(report, console)
+    else:
+        render_report(report, console)
+
+
+def render_report(report: Report, console: Any = None) -> None:
+    report = sanitize_report(report)
+    console = console or make_console()
+    # Every section is guarded: odd-typed data from an untrusted snapshot costs that section one
+    # line, never the verdict and never an "internal error" exit (issue 15, item 13).
+    if not _section(console, "verdict", lambda: console.print(verdict_panel(report.verdict))):
+        console.print(plain_verdict(report.verdict))
+    for dep in _seq(report.deployments):
+        _section(console, "deployment", lambda dep=dep: console.print(deployment_tree(dep.to_dict(), fold=not text.VERBOSE)))
+    if not text.VERBOSE:
+        _section(console, "summary", lambda: _render_compact(report, console))
+        return
+    for name in VIEWS:
+        try:
+            module = importlib.import_module(f"vllmdiag.render.{name}_view")
+        except ModuleNotFoundError:
+            continue
+        _section(console, f"{name} view", lambda m=module: m.render(report, console))
+    if report.findings:
+        _section(console, "findings", lambda: console.print(findings_table(report)))
+
+
+def _section(console: Any, name: str, show: Any) -> bool:
+    try:
+        show()
+        return True
+    except Exception as exc:
+        console.print(f"[dim]({escape(name)} not shown: malformed data: {escape(type(exc).__name__)})[/]")
+        return False
+
+
+def _render_compact(report: Report, console: Any) -> None:
+    try:
+        compact.render(report.to_dict(), console)
+    except Exception as exc:  # odd-typed snapshot data: the section says so, the verdict stays
+        console.print(f"[dim](layer summary not shown: malformed data: {escape(type(exc).__name__)})[/]")
+    if report.is_fleet:
+        fleet_section(report, console)
+    print_findings(report, console)
