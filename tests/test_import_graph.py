@@ -22,6 +22,8 @@ def is_face(module: str) -> bool:
     package's ``cli.py`` (``fleet.cli`` registers ``sweep``). A door may import anything; nothing else
     imports a door."""
     parts = module.split(".")
+    if module == "vllmdiag.cli_errors":  # the old name of errors.BadInput (UsageError), not a door
+        return False
     return (module in ("vllmdiag.__main__", "vllmdiag.collect_cli", "vllmdiag.collect_help")
             or (len(parts) == 2 and parts[1].startswith(("cli", "demo"))) or (len(parts) == 3 and parts[2] == "cli"))
 
