@@ -16,7 +16,7 @@ from typing import Any
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment
 from vllmdiag.analysis.gpu import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
-from vllmdiag.analysis.progress import Progress, all_passes, deployment_progress, is_stalled, stack_observations
+from vllmdiag.analysis.progress import Progress, all_passes, deployment_progress, is_stalled
 from vllmdiag.analysis.stacks import StackClass
 from vllmdiag.model import Culprit, Finding, Snapshot
 
@@ -38,19 +38,11 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     gpus = gpu_by_pid(snapshot.data("nvml"))
     out: list[Finding] = []
     for p, dep in zip(deployment_progress(passes, deployments), deployments, strict=True):
-        seen = _latest(passes, dep)
+        seen = {pid: (obs[-1][0], obs[-1][2]) for pid, obs in p.observations.items()}
         if not is_stalled(p) or p.window_s < SEEN_ONCE_S:
             out.append(_progress_info(snapshot, dep, p))
             continue
         out += _stalled(snapshot, dep, p, seen, gpus)
-    return out
-
-
-def _latest(passes: list[Snapshot], dep: Deployment) -> Seen:
-    out: Seen = {}
-    for pid, obs in stack_observations(passes, dep).items():
-        sc, _, site = obs[-1]
-        out[pid] = (sc, site)
     return out
 
 

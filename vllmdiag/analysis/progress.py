@@ -25,6 +25,7 @@ COUNTERS = ("generation_tokens", "prompt_tokens", "steps", "requests_finished")
 STEP_CLASSES = ("collective", "sync_point", "executing", "compiling", "engine_waiting_workers",
                 "engine_blocked_full_ring", "writer_blocked_full_ring", "engine_busy", "nccl_init")
 COMPUTE_ROLES = ("engine_core", "worker")
+Observation = tuple[StackClass, tuple[Any, ...], str | None]  # class, stop signature, call site
 
 
 @dataclass
@@ -38,6 +39,8 @@ class Progress:
     in_flight: list[str] = field(default_factory=list)  # what says work is in flight
     passes: int = 1
     cpu_s: dict[int, float] = field(default_factory=dict)  # pid -> CPU seconds used over the window
+    # pid -> every stack look at it (not serialized): the shape rules read them without classifying again
+    observations: dict[int, list[Observation]] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"deployment": self.deployment_id, "work_in_flight": self.work_in_flight, "moved": self.moved,
@@ -158,9 +161,6 @@ def _last_flags(ring: dict[str, Any]) -> str | None:
 
 
 # ---- stacks ------------------------------------------------------------------------------------
-Observation = tuple[StackClass, tuple[Any, ...], str | None]  # class, stop signature, call site
-
-
 def stack_observations(passes: list[Snapshot], dep: Deployment) -> dict[int, list[Observation]]:
     """pid -> (class, stop signature, call site) per look, in time order (dump, its resample, next pass...)."""
     roles = {p["pid"]: role_of(p) for p in dep.processes}
@@ -180,7 +180,8 @@ def stack_observations(passes: list[Snapshot], dep: Deployment) -> dict[int, lis
 def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
     names = {q["pid"]: _short(q) for q in dep.processes}
     moved, still, busy = [], [], []
-    for pid, obs in sorted(stack_observations(passes, dep).items()):
+    p.observations = stack_observations(passes, dep)
+    for pid, obs in sorted(p.observations.items()):
         last = obs[-1][0]
         if last.name in STEP_CLASSES:
             busy.append(f"{names.get(pid, pid)} {last.label}")

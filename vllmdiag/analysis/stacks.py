@@ -232,19 +232,24 @@ def stop_signature(threads: list[dict[str, Any]], sc: StackClass) -> tuple[Any, 
     """Where the speaking thread stands, minus the waiting leaf: equal across samples = did not move."""
     frames = thread_frames(threads, sc)
     i = 0
-    while i < len(frames) and (_last(frames[i][0]) in WAIT_FUNCS or
-                               any(fnmatch.fnmatchcase(frames[i][1], g) for g in WAIT_FILES)):
+    while i < len(frames) and (_last(frames[i][0]) in WAIT_FUNCS or _globbed(frames[i][1], WAIT_FILES)):
         i += 1
     # py-spy's JSON says "MessageQueue.dequeue", its --subprocesses text may say "dequeue"; paths
     # are shortened differently too: compare what both forms agree on.
     return (sc.label, tuple((_last(f[0]), f[1].rsplit("/", 1)[-1], f[2]) for f in frames[i:]))
 
 
+@functools.lru_cache(maxsize=8192)
+def _globbed(path: str, globs: tuple[str, ...]) -> bool:
+    """Memoized: a fleet repeats the same few hundred paths thousands of times."""
+    return any(fnmatch.fnmatchcase(path, g) for g in globs)
+
+
 def call_site(frames: list[Frame]) -> str | None:
     """``file:line`` of the innermost frame outside collective/wait libraries: where the code asked
     for the collective or the sync (two ranks in all_reduce from different lines disagree)."""
     for f in frames:
-        if f[1] and not any(fnmatch.fnmatchcase(f[1], g) for g in LIBRARY_FILES):
+        if f[1] and not _globbed(f[1], LIBRARY_FILES):
             return f"{f[1]}:{f[2]}"
     return None
 
