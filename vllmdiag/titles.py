@@ -5,6 +5,12 @@ vLLM 0.33 retitles its processes with setproctitle: ``VLLM::EngineCore``, ``VLLM
 the prefix is ``VLLM_PROCESS_NAME_PREFIX``. The API server itself keeps its command line
 (``vllm serve ...``). Always read cmdline, never comm: the kernel truncates comm to 15 chars and
 loses the rank digit (``VLLM::Worker_TP``).
+
+Ray executor workers are Ray actors retitled by Ray itself: ``ray::RayWorkerProc`` when idle and
+``ray::RayWorkerProc.run`` while its long-running ``run`` task executes (vLLM 0.33's RayExecutorV2;
+Ray's ``execute_task`` sets ``ray::<task name>`` and restores ``ray::<class>`` after), or
+``ray::RayWorkerWrapper...`` (the older RayDistributedExecutor, compiled graphs). Their parent is
+``raylet``. Such titles carry no rank: analysis infers it (vllm-internals 3.1b).
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from dataclasses import dataclass, field
 
 RANK_KEYS = ("dp", "pp", "pcp", "tp", "dcp", "ep")
 _SUFFIX = re.compile(r"_(DP|PP|PCP|TP|DCP|EP)(\d+)")
+# `ray::RayWorkerProc`, `ray::RayWorkerProc.run`, `ray::RayWorkerWrapper.__ray_call__`, `...execute_method()`.
+_RAY_WORKER = re.compile(r"ray::(RayWorkerProc|RayWorkerWrapper)(?:\.([A-Za-z_][\w.]*)(?:\(\))?)?")
 
 
 @dataclass
@@ -22,6 +30,7 @@ class TitleInfo:
     name: str = ""  # the title minus the prefix, e.g. "Worker_TP3"; the vLLM log prefix
     ranks: dict[str, int] = field(default_factory=dict)
     titled: bool = False  # carries a VLLM:: title
+    executor: str | None = None  # "ray" for Ray actors running vLLM workers
 
 
 def parse_cmdline(argv: list[str], prefix: str = "VLLM") -> TitleInfo:
@@ -34,6 +43,11 @@ def parse_cmdline(argv: list[str], prefix: str = "VLLM") -> TitleInfo:
     marker = f"{prefix}::"
     if head.startswith(marker):
         return _parse_title(head[len(marker):].split(" ")[0], prefix)
+    ray = _RAY_WORKER.fullmatch(head.split(" ")[0])
+    if ray:
+        return TitleInfo("worker", ray.group(1), {}, True, executor="ray")
+    if head.rsplit("/", 1)[-1] == "raylet":
+        return TitleInfo("raylet", "raylet")
     joined = " ".join(args)
     if "multiprocessing.resource_tracker" in joined:
         return TitleInfo("resource_tracker", "resource_tracker")

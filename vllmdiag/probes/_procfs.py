@@ -30,9 +30,10 @@ def read_cmdline(proc_pid: Path) -> list[str] | None:
     parts = raw.split("\0")
     while parts and parts[-1] == "":
         parts.pop()
-    if len(parts) == 1 and "  " in parts[0]:
-        # setproctitle may pad with spaces instead of NULs.
-        parts = [parts[0].rstrip()]
+    if len(parts) == 1 and " " in parts[0]:
+        # A setproctitle title is one string (no NULs between words, padded with NULs or spaces):
+        # split it on spaces the way psutil does (psutil #1179, #1304).
+        parts = [w for w in parts[0].split(" ") if w]
     return parts
 
 

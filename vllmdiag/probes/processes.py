@@ -1,4 +1,12 @@
-"""Every vLLM process and its tree: titles, roles, ranks, state, threads, resources."""
+"""Every vLLM process and its tree: titles, roles, ranks, state, threads, resources.
+
+Seeds are processes with a vLLM title (or Ray's title for a vLLM worker actor, ``ray::RayWorkerProc``)
+plus the API server; all their descendants come along (zombies lose their cmdline). The parent of
+a seed that is not itself selected comes along too, marked ``selected_as: "parent"``: it is what
+tells an offline ``LLM()`` script (EngineCore or in-process workers under a user's Python) from an
+engine orphaned by a dead API server (under init, a subreaper or a shell), and the ``raylet`` above
+Ray workers. The probe only records it; analysis decides what it is.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ ENV_KEEP = ("VLLM_", "NCCL_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "T
             "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HF_TOKEN", "TMPDIR")
 CHEAP_ENV_ROLES = ("api_server", "engine_core", "dp_coordinator")  # deployment roots: `watch --select` reads them
 SEED_ROLES = {"api_server", "engine_core", "worker", "dp_coordinator", "api_server_child", "vllm_other"}
+PARENT_OF = {"engine_core", "worker", "dp_coordinator", "vllm_other"}  # seeds whose parent we describe
 
 
 def collect(ctx: Context) -> dict[str, Any]:
@@ -38,13 +47,23 @@ def collect(ctx: Context) -> dict[str, Any]:
         argv = read_cmdline(base) or []
         table[pid] = {"pid": pid, "argv": argv, "stat": stat}  # comm: read for the chosen few only
     chosen = _select(table, ctx.title_prefix)
+    parents = _parents(table, chosen)
     now = _uptime(ctx.proc_root)
-    procs = [_describe(ctx, table[pid], ticks, page, btime, now) for pid in sorted(chosen)]
+    procs = [_describe(ctx, table[pid], ticks, page, btime, now) for pid in sorted(chosen | parents)]
+    above: list[dict[str, Any]] = []
+    for p in procs:
+        if p is not None and p["pid"] in parents:
+            p["selected_as"] = "parent"
+            if p["role"] is None and _python(p):
+                p["role"] = "llm_client"  # a Python that started vLLM processes: their client (LLM())
+            else:
+                above.append(p)  # init, a shell, a subreaper, raylet: context, not a vLLM process
     return {
         "title_prefix": ctx.title_prefix,
         "pid_count": len(table),
         "self_pid": os.getpid(),
-        "processes": [p for p in procs if p is not None],
+        "processes": [p for p in procs if p is not None and not any(p is a for a in above)],
+        "parents": above,
     }
 
 
@@ -69,6 +88,22 @@ def _select(table: dict[int, dict[str, Any]], prefix: str) -> set[int]:
     return chosen
 
 
+def _python(proc: dict[str, Any]) -> bool:
+    head = str((proc.get("cmdline") or [""])[0]).rsplit("/", 1)[-1]
+    return head.startswith("python") or str(proc.get("comm") or "").startswith("python")
+
+
+def _parents(table: dict[int, dict[str, Any]], chosen: set[int]) -> set[int]:
+    """Parents of engine/worker seeds that are outside the selection (pid 0 is the kernel)."""
+    out = set()
+    for pid in chosen:
+        row = table[pid]
+        ppid = int(row["stat"]["ppid"])
+        if row["info"].role in PARENT_OF and ppid not in chosen and ppid in table:
+            out.add(ppid)
+    return out
+
+
 def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: float, uptime: float
               ) -> dict[str, Any] | None:
     pid = row["pid"]
@@ -80,6 +115,7 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
     # per-thread, fd, limit and environment reads (all but a deployment root's) are for triage.
     cheap = bool(ctx.options.get("cheap"))
     threads = [] if cheap else _threads(base / "task")
+    status = None if cheap else read_text(base / "status")
     environ = read_text(base / "environ") if not cheap or info.role in CHEAP_ENV_ROLES else None
     argv = redact_argv(row["argv"])
     return {
@@ -93,6 +129,7 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         "name": info.name,
         "ranks": info.ranks,
         "titled": info.titled,
+        "executor": info.executor,
         "state": stat["state"],
         "wchan": (read_text(base / "wchan") or "").strip() or None,
         "threads": threads,
@@ -106,7 +143,10 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         "num_fds": None if cheap else _count(base / "fd"),
         "rlimit_nofile": None if cheap else _limit(read_text(base / "limits"), "Max open files"),
         "rlimit_nproc": None if cheap else _limit(read_text(base / "limits"), "Max processes"),
-        "uid": None if cheap else _uid(read_text(base / "status")),
+        "uid": _uid(status),
+        # Pids of this process in each pid namespace, outermost first (a container's pid last):
+        # NVML and a containerised vLLM name the same process differently.
+        "nspid": _nspid(status),
         "environ": parse_environ(environ, ENV_KEEP) if environ else {},
         "ns": {n: _readlink(base / "ns" / n) for n in ("pid", "mnt", "net")},
     }
@@ -126,6 +166,14 @@ def _threads(task_dir: Path) -> list[dict[str, Any]]:
             continue
         out.append({"tid": tid, "name": name.strip(), "state": stat["state"] if stat else None})
     return out
+
+
+def _nspid(status: str | None) -> list[int] | None:
+    for line in (status or "").splitlines():
+        if line.startswith("NSpid:"):
+            vals = line.split()[1:]
+            return [int(v) for v in vals[:8] if v.isdigit()] or None
+    return None
 
 
 def _count(path: Path) -> int | None:

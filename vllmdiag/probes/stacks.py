@@ -31,7 +31,7 @@ SPEC = ProbeSpec(name="stacks", layer="gpu", description="py-spy stacks of every
 DUMP_TIMEOUT_S = 3.0
 STOPPED_TIMEOUT_S = 1.0  # T/D targets: a non-blocking read either answers at once or not at all
 MAX_FRAMES = 96
-DUMP_ROLES = ("api_server", "api_server_child", "engine_core", "worker", "dp_coordinator", "spawn_child")
+DUMP_ROLES = ("api_server", "api_server_child", "engine_core", "worker", "dp_coordinator", "spawn_child", "llm_client")
 PTRACE_FIX = "run as root, add CAP_SYS_PTRACE, or kubectl debug --profile=general"
 CAP_SYS_PTRACE = 19
 
