@@ -3,6 +3,7 @@
 Several deployments per node are normal (8 x TP=1). Workers orphaned by a dead EngineCore are
 reparented to PID 1 or a subreaper, so the tree no longer links them to their API server; the
 process group does (fork keeps the pgid), so orphans rejoin the deployment that shares it.
+Other shapes (offline `LLM()`, orphaned engines, Ray workers under a raylet): see shapes.py.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllmdiag.analysis import shapes
 from vllmdiag.model import Snapshot
 
-ROOT_ROLES = ("api_server", "engine_core", "dp_coordinator")
-ROLE_ORDER = {"api_server": 0, "api_server_child": 1, "dp_coordinator": 2, "engine_core": 3, "worker": 4,
-              "worker_starting": 5, "resource_tracker": 8}
+ROOT_ROLES = ("api_server", "llm_client", "engine_core", "dp_coordinator")
+ROLE_ORDER = {"api_server": 0, "llm_client": 0, "api_server_child": 1, "dp_coordinator": 2, "engine_core": 3,
+              "worker": 4, "worker_starting": 5, "resource_tracker": 8, "raylet": 9}
 _SIZE_FLAGS = {"tp": ("--tensor-parallel-size", "-tp"), "pp": ("--pipeline-parallel-size", "-pp"),
                "dp": ("--data-parallel-size", "-dp"), "nnodes": ("--nnodes",), "node_rank": ("--node-rank",)}
 
@@ -30,6 +32,12 @@ class Deployment:
     # node_rank).
     configured: dict[str, int] = field(default_factory=dict)
     headless: bool = False  # `vllm serve --headless`: a node of a multi-node group without a frontend
+    # serve | offline | offline_inprocess | orphaned_engine | ray_node (Ray workers, no engine here)
+    kind: str = "serve"
+    executor: str = "mp"  # mp | ray
+    # How Ray workers were tied to this engine, and how their ranks were found (evidence).
+    ray: dict[str, Any] = field(default_factory=dict)
+    adopter: dict[str, Any] | None = None  # the orphaned engine's new parent (init, subreaper, shell)
 
     def by_pid(self, pid: int) -> dict[str, Any] | None:
         return next((p for p in self.processes if p["pid"] == pid), None)
@@ -98,18 +106,22 @@ def short_command(argv: list[Any]) -> str:
 
 def find_deployments(snapshot: Snapshot) -> list[Deployment]:
     # Copies: analysis is pure and never edits the snapshot it was given.
-    procs = [_checked(p) for p in snapshot.data("processes").get("processes", [])]
+    data = snapshot.data("processes")
+    procs = [_checked(p) for p in list(data.get("processes", [])) + list(data.get("parents") or [])]
     by_pid = {p["pid"]: p for p in procs}
     _mark_starting_workers(procs, by_pid)
+    ok = {n: snapshot.data(n) if snapshot.status(n) in ("ok", "partial") else None for n in ("sockets", "shm")}
+    _mark_parents(procs, shapes.client_evidence(ok["sockets"], ok["shm"]))
     roots: dict[int, Deployment] = {}
     owner: dict[int, int] = {}
     for p in sorted(procs, key=lambda p: p["pid"]):
         root = _root_of(p, by_pid)
         if root is not None:
             owner[p["pid"]] = root
+    ray_ties = _tie_ray_workers(snapshot, procs, by_pid, owner)
     by_pgid = {by_pid[r]["pgid"]: r for r in set(owner.values()) if by_pid[r].get("pgid")}
     for p in procs:
-        if p["pid"] in owner or role_of(p) not in ("worker", "worker_starting"):
+        if p["pid"] in owner or role_of(p) not in ("worker", "worker_starting") or is_ray_worker(p, by_pid):
             continue
         owner[p["pid"]] = by_pgid.get(p.get("pgid"), p["pid"])  # orphan: rejoin by pgid or stand alone
     for p in procs:
@@ -121,9 +133,90 @@ def find_deployments(snapshot: Snapshot) -> list[Deployment]:
                                      configured=_configured(by_pid[root]),
                                      headless="--headless" in by_pid[root].get("cmdline", []))
         roots[root].processes.append(by_pid[pid])
+    for root, dep in list(roots.items()):
+        if role_of(by_pid[root]) == "llm_client" and all(role_of(p) in ("llm_client", "resource_tracker")
+                                                         for p in dep.processes):
+            del roots[root]  # a Python that started no vLLM process of its own group: not a deployment
     for dep in roots.values():
+        _shape(snapshot, dep, by_pid, ray_ties)
         dep.processes.sort(key=lambda p: (ROLE_ORDER.get(role_of(p), 7), _rank_key(p), p["pid"]))
     return sorted(roots.values(), key=lambda d: d.root_pid)
+
+
+def is_ray_worker(proc: dict[str, Any], by_pid: dict[int, dict[str, Any]]) -> bool:
+    """A Ray actor running a vLLM worker: Ray's title, or a vLLM title under a raylet (mid-init)."""
+    if role_of(proc) not in ("worker", "worker_starting"):
+        return False
+    return proc.get("executor") == "ray" or role_of(by_pid.get(proc["ppid"]) or {}) == "raylet"
+
+
+def _mark_parents(procs: list[dict[str, Any]], evidence: set[int] | None) -> None:
+    """Parents of engines/workers that the probe described (``selected_as: parent``): a user's
+    Python running `LLM()` becomes the deployment's root; init, subreapers and shells do not."""
+    for p in procs:
+        if p.get("selected_as") == "parent":
+            p["role"] = shapes.parent_kind(p, evidence)
+
+
+def _tie_ray_workers(snap: Snapshot, procs: list[dict[str, Any]], by_pid: dict[int, dict[str, Any]],
+                     owner: dict[int, int]) -> dict[int, dict[str, Any]]:
+    """Give Ray workers outside any vLLM tree to the engine they serve; the rest stay with their
+    raylet (a Ray worker node). Returns root pid -> how its Ray workers were tied."""
+    loose = [p for p in procs if p["pid"] not in owner and is_ray_worker(p, by_pid)]
+    ties: dict[int, dict[str, Any]] = {}
+    if not loose:
+        return ties
+    shared = shapes.shm_ties(snap.data("shm").get("segments") or [])
+    engine_root = {p["pid"]: owner[p["pid"]] for p in procs if role_of(p) == "engine_core" and p["pid"] in owner}
+    ray_roots = {r for e, r in engine_root.items() if _ray_backed(snap, by_pid, e, r, owner)}
+    for w in loose:
+        via = sorted({engine_root[e] for e in shared.get(w["pid"], set()) if e in engine_root})
+        how = "maps the engine's rpc ring (shared memory)"
+        if len(via) != 1 and len(ray_roots) == 1:
+            via, how = sorted(ray_roots), "the only Ray-backed vLLM engine on this node"
+        if len(via) == 1:
+            owner[w["pid"]] = via[0]
+            ties.setdefault(via[0], {"workers": [], "ties": []})
+            ties[via[0]]["workers"].append(w["pid"])
+            if how not in ties[via[0]]["ties"]:
+                ties[via[0]]["ties"].append(how)
+        elif w["ppid"] in by_pid and role_of(by_pid[w["ppid"]]) == "raylet":
+            owner[w["pid"]] = owner[w["ppid"]] = w["ppid"]
+            ties.setdefault(w["ppid"], {"workers": [], "ties": ["no vLLM engine on this node ties to them"]})
+            ties[w["ppid"]]["workers"].append(w["pid"])
+    return ties
+
+
+def _ray_backed(snap: Snapshot, by_pid: dict[int, dict[str, Any]], engine: int, root: int,
+                owner: dict[int, int]) -> bool:
+    """An engine that drives Ray workers: the API server says so, or the engine's stack is in Ray."""
+    if shapes.ray_backend_flag(by_pid.get(root)):
+        return True
+    dumps = {d.get("pid"): d for d in snap.data("stacks").get("dumps") or [] if isinstance(d, dict)}
+    return shapes.stack_mentions_ray(dumps.get(engine))
+
+
+def _shape(snap: Snapshot, dep: Deployment, by_pid: dict[int, dict[str, Any]],
+           ray_ties: dict[int, dict[str, Any]]) -> None:
+    root = by_pid[dep.root_pid]
+    role = role_of(root)
+    if role == "llm_client":
+        dep.kind = "offline_inprocess" if shapes.inprocess_engine(root) or not dep.engines else "offline"
+    elif role == "raylet":
+        dep.kind = "ray_node"
+    elif role == "engine_core":
+        parent = by_pid.get(root["ppid"])
+        # Only with the parent described by the probe (older snapshots and synthetic ones lack it).
+        if parent is not None and role_of(parent) == "adopter":
+            dep.kind = "orphaned_engine"
+            dep.adopter = {"pid": root["ppid"], "name": shapes.exe_name(parent), "nspid": parent.get("nspid")}
+    ray_workers = [p for p in dep.processes if is_ray_worker(p, by_pid)]
+    if ray_workers or dep.root_pid in ray_ties or shapes.ray_backend_flag(root):
+        dep.executor = "ray"
+        gpus = shapes.gpu_index_by_pid(snap.data("nvml"), dep.processes)
+        source = shapes.infer_ray_ranks(ray_workers, gpus, dep.configured.get("tp"), dep.configured.get("pp"))
+        tie = ray_ties.get(dep.root_pid) or {"ties": ["process tree (raylet under the engine)"] if ray_workers else []}
+        dep.ray = {"workers": [p["pid"] for p in ray_workers], "ties": tie.get("ties", []), "rank_source": source}
 
 
 def _checked(proc: Any) -> dict[str, Any]:
@@ -139,14 +232,21 @@ def _checked(proc: Any) -> dict[str, Any]:
 
 
 def _root_of(proc: dict[str, Any], by_pid: dict[int, dict[str, Any]]) -> int | None:
+    # A raylet is a root only for Ray workers no engine claims (_tie_ray_workers).
     """The outermost ancestor (self included) with a root role, following ppid inside the snapshot."""
     root = None
     cur: dict[str, Any] | None = proc
+    below: dict[str, Any] = proc
     seen = set()
     while cur is not None and cur["pid"] not in seen:
         seen.add(cur["pid"])
-        if role_of(cur) in ROOT_ROLES:
+        # A user's Python claims only the vLLM processes it started in its own process group:
+        # multiprocessing keeps the pgid; a launcher that puts each engine in its own session
+        # (or a harness running several deployments) is not one deployment.
+        if role_of(cur) in ROOT_ROLES and (role_of(cur) != "llm_client" or cur is proc
+                                           or below.get("pgid") == cur.get("pgid")):
             root = cur["pid"]
+        below = cur
         cur = by_pid.get(cur["ppid"])
     return root
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis import shapes
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, rank_of, role_of
 from vllmdiag.model import Culprit, Finding, Snapshot
 
 LAYER = "process"
 CODES = ("process.zombie", "process.stopped", "process.d_state", "process.rank_missing",
-         "process.workers_orphaned", "process.engine_missing", "process.fd_pressure", "process.worker_starting")
-VLLM_ROLES = ("engine_core", "worker", "worker_starting", "dp_coordinator", "api_server", "api_server_child")
+         "process.workers_orphaned", "process.engine_missing", "process.fd_pressure", "process.worker_starting",
+         "process.frontend_missing", "process.workers_unseen", "process.shape")
+VLLM_ROLES = ("engine_core", "worker", "worker_starting", "dp_coordinator", "api_server", "api_server_child",
+              "llm_client")
 STATE_CODES = {"Z": ("process.zombie", "is a zombie (exited, not reaped)"),
                "X": ("process.zombie", "is dead"),
                "T": ("process.stopped", "is stopped (SIGSTOP or a debugger): it runs nothing"),
@@ -25,6 +28,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
         missing = _missing_ranks(snapshot, dep)
         out += _states(snapshot, dep, _inferred_ranks(missing))
         out += _orphans_and_missing_engine(snapshot, dep)
+        out += _orphaned_engine(snapshot, dep) + _ray_workers(snapshot, dep) + _shape(snapshot, dep)
         out += missing
         out += _fd_pressure(snapshot, dep)
     return out
@@ -58,8 +62,10 @@ def _orphans_and_missing_engine(snap: Snapshot, dep: Deployment) -> list[Finding
     engines = [e for e in dep.engines if e.get("state") not in ("Z", "X")]
     workers = dep.with_role("worker", "worker_starting")
     live_pids = dep.pids
-    orphans = [w for w in workers if w["ppid"] not in live_pids or
-               role_of(dep.by_pid(w["ppid"]) or {}) not in ("engine_core",)]
+    # Ray actors are the raylet's children; in-process (LLM(), VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    # workers are the user's script's: neither is an orphan.
+    orphans = [w for w in workers if w.get("executor") != "ray" and (w["ppid"] not in live_pids or
+               role_of(dep.by_pid(w["ppid"]) or {}) not in ("engine_core", "llm_client", "raylet"))]
     out = []
     if orphans and not engines:
         parents = sorted({w["ppid"] for w in orphans})
@@ -78,6 +84,59 @@ def _orphans_and_missing_engine(snap: Snapshot, dep: Deployment) -> list[Finding
                            [Culprit(snap.node, None, "engine_core", None, "VLLM::EngineCore",
                                     "EngineCore process is missing under the API server")]))
     return out
+
+
+def _orphaned_engine(snap: Snapshot, dep: Deployment) -> list[Finding]:
+    """vLLM #55510: the API server was killed; its EngineCore (and workers) live on, adopted by init,
+    a subreaper or a shell, and keep their GPUs. Nothing will ever send them a request."""
+    if dep.kind != "orphaned_engine":
+        return []
+    engines = [e for e in dep.engines if e.get("state") not in ("Z", "X")]
+    if not engines:
+        return []
+    adopter = dep.adopter or {}
+    gpus = shapes.gpu_index_by_pid(snap.data("nvml"), dep.processes)
+    held = sorted({gpus[p["pid"]] for p in dep.processes if p["pid"] in gpus})
+    who = ", ".join(f"{display_title(e)} (pid {e['pid']})" for e in engines)
+    gpu_txt = f" They still hold GPU(s) {', '.join(map(str, held))}." if held else (
+        " GPUs they hold: unknown (no NVML data)." if not snap.data("nvml").get("gpus") else "")
+    missing = Culprit(snap.node, None, "api_server", None, "vllm serve (API server)",
+                      f"gone: {who} now under pid {adopter.get('pid')} ({adopter.get('name')})")
+    return [finding("process.frontend_missing", LAYER, "critical", snap, dep,
+                    f"{who} and {len(dep.workers)} worker(s) run without their API server: the EngineCore was "
+                    f"reparented to pid {adopter.get('pid')} ({adopter.get('name')}), so the frontend that "
+                    f"started it is gone and no request can reach it.{gpu_txt}",
+                    [p["pid"] for p in dep.processes], {"adopter": adopter, "engines": [e["pid"] for e in engines],
+                                                        "workers": [w["pid"] for w in dep.workers], "gpus": held},
+                    [missing])]
+
+
+def _ray_workers(snap: Snapshot, dep: Deployment) -> list[Finding]:
+    """A Ray-backed engine whose workers we cannot see must not read healthy (issue 14)."""
+    if dep.executor != "ray" or dep.kind == "ray_node" or dep.workers:
+        return []
+    engines = [e["pid"] for e in dep.engines]
+    return [finding("process.workers_unseen", LAYER, "warning", snap, dep,
+                    "This deployment uses the Ray executor, but no Ray worker process (ray::RayWorkerProc / "
+                    "ray::RayWorkerWrapper under a raylet) could be tied to it on this node: its workers were not "
+                    "checked. They may run on other nodes of the Ray cluster.", engines,
+                    {"engines": engines, "ray": dep.ray}, [])]
+
+
+def _shape(snap: Snapshot, dep: Deployment) -> list[Finding]:
+    if dep.kind == "serve" and dep.executor == "mp":
+        return []
+    what = {"offline": "offline LLM() in a user script (EngineCore in a child process)",
+            "offline_inprocess": "offline LLM() with the engine inside the user's script",
+            "orphaned_engine": "an EngineCore without its API server",
+            "ray_node": "Ray workers of a vLLM deployment whose engine runs elsewhere",
+            "serve": "vllm serve"}.get(dep.kind, dep.kind)
+    ray = ""
+    if dep.executor == "ray":
+        ray = (f"; Ray executor: {len(dep.ray.get('workers', []))} worker(s) tied by "
+               f"{' and '.join(dep.ray.get('ties') or ['nothing'])}, ranks by {dep.ray.get('rank_source')}")
+    return [finding("process.shape", LAYER, "info", snap, dep, f"Deployment shape: {what}{ray}.", [],
+                    {"kind": dep.kind, "executor": dep.executor, "ray": dep.ray}, [])]
 
 
 def _inprocess_engine(api: dict[str, Any]) -> bool:
@@ -105,14 +164,18 @@ def _missing_ranks(snap: Snapshot, dep: Deployment) -> list[Finding]:
         missing = [r for r in _local_ranks(dep, size, present) if r not in present]
         if len(missing) <= starting:
             continue  # the gaps are workers still starting under their plain title, not missing ones
+        # Ray titles carry no rank: ours were inferred, so the count is sure and the number is not.
+        guessed = any(w.get("rank_source") for w in present.values())
         culprits = []
         for i, r in enumerate(missing):
             zombie = dead[i] if i < len(dead) else None
-            culprits.append(Culprit(snap.node, zombie["pid"] if zombie else None, "worker", r,
-                                    f"VLLM::Worker_TP{r}", "worker rank missing" + (" (zombie)" if zombie else "")))
+            culprits.append(Culprit(snap.node, zombie["pid"] if zombie else None, "worker", None if guessed else r,
+                                    "ray worker" if guessed else f"VLLM::Worker_TP{r}",
+                                    "worker rank missing" + (" (zombie)" if zombie else "")))
         where = "" if key == (0, 0, 0) else f" (DP{key[0]} PP{key[1]})"
-        out.append(finding("process.rank_missing", LAYER, "critical", snap, dep,
-                           f"Worker rank(s) TP{','.join(map(str, missing))}{where} missing of TP={size}.",
+        what = (f"{len(missing)} Ray worker(s){where} missing of TP={size} (which rank: unknown, Ray titles carry none)"
+                if guessed else f"Worker rank(s) TP{','.join(map(str, missing))}{where} missing of TP={size}")
+        out.append(finding("process.rank_missing", LAYER, "critical", snap, dep, f"{what}.",
                            [c.pid for c in culprits if c.pid], {"missing_tp_ranks": missing, "tp_size": size,
                                                                 "present": sorted(present)}, culprits))
     return out

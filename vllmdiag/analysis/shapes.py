@@ -1,0 +1,143 @@
+"""Deployment shapes beyond `vllm serve` + multiprocessing: offline `LLM()` scripts, engines
+orphaned by a dead API server, and Ray executor workers (pure; used by deployments.py).
+
+What real vLLM shows (0.33; vllm-internals 2.1, 3.1, 3.1b):
+- Offline `LLM()`: the user's Python is the EngineCore's parent (multiprocessing), or, with
+  `VLLM_ENABLE_V1_MULTIPROCESSING=0`, runs the engine itself and is the workers' parent. vLLM only
+  ever starts these processes from its own Python code, so a Python parent is their client.
+- Orphaned engine (vLLM #55510): the API server was killed; the kernel reparents the EngineCore to
+  the nearest subreaper or the init of its pid namespace (a container's entrypoint shell, tini,
+  systemd). Neither is a Python vLLM client.
+- Ray: workers are Ray actors, children of `raylet`, titled by Ray. When the engine itself started
+  Ray (`ray.init()` without a cluster) the raylet is the engine's descendant and the tree links them;
+  with a cluster started beforehand (`ray start`, KubeRay) nothing in the tree does. RayExecutorV2
+  workers on the engine's node map the engine's rpc ring segment (shared memory): that ties them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Inits and subreapers: they adopt orphans (PR_SET_CHILD_SUBREAPER is not visible in /proc, names are).
+ADOPTERS = ("init", "systemd", "tini", "dumb-init", "catatonit", "s6-svscan", "s6-supervise", "runsv",
+            "containerd-shim", "containerd-shim-runc-v2", "conmon", "docker-init", "runit", "openrc-init")
+RAY_FILES = ("ray/", "ray_executor", "ray_distributed_executor", "ray_utils.py", "compiled_dag")
+
+
+def exe_name(proc: dict[str, Any]) -> str:
+    argv = [str(a) for a in proc.get("cmdline") or [] if a]
+    head = argv[0].rsplit("/", 1)[-1] if argv else ""
+    return head or str(proc.get("comm") or "")
+
+
+def is_python(proc: dict[str, Any]) -> bool:
+    name = exe_name(proc)
+    return name.startswith("python") or str(proc.get("comm") or "").startswith("python")
+
+
+def parent_kind(proc: dict[str, Any], client_evidence: set[int] | None) -> str:
+    """What a described parent of an engine/worker is: ``raylet``, ``llm_client`` (a user's Python
+    that runs vLLM's engine client) or ``adopter`` (init, a subreaper, a shell).
+
+    A Python that is init of its pid namespace may be either (``docker run ... python run.py`` vs a
+    Python init reaping orphans): it is the client only with evidence of one, i.e. it listens on a
+    unix socket (the engine's ZMQ ROUTER/PULL) or maps a vLLM ring (in-process engine).
+    ``client_evidence`` None means the sockets/shm probes did not see enough to tell."""
+    if proc.get("role") == "raylet":
+        return "raylet"
+    argv = [str(a) for a in proc.get("cmdline") or []]
+    script = argv[1].rsplit("/", 1)[-1] if len(argv) > 1 else ""
+    ns_init = proc["pid"] == 1 or (proc.get("nspid") or [0])[-1] == 1
+    if exe_name(proc) in ADOPTERS or script in ADOPTERS:
+        return "adopter"
+    if not is_python(proc):
+        # vLLM never starts an engine from a shell; only init of a namespace (a container's
+        # entrypoint shell, #55510) adopts one. Anything else we cannot explain: no claim.
+        return "adopter" if ns_init else "unknown"
+    if ns_init and client_evidence is not None and proc["pid"] not in client_evidence and not inprocess_engine(proc):
+        return "adopter"
+    return "llm_client"
+
+
+def client_evidence(sockets: dict[str, Any] | None, shm: dict[str, Any] | None) -> set[int] | None:
+    """Pids that listen on a unix socket or map a psm_ ring; None if either probe saw nothing."""
+    if not sockets or not shm:
+        return None
+    out = {p for u in sockets.get("unix") or [] if u.get("listening") for p in u.get("pids") or []}
+    out |= {p for s in shm.get("segments") or [] if str(s.get("name", "")).startswith("psm_")
+            for p in s.get("mapped_by") or []}
+    return {p for p in out if isinstance(p, int)}
+
+
+def inprocess_engine(root: dict[str, Any] | None) -> bool:
+    return root is not None and str((root.get("environ") or {}).get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")) == "0"
+
+
+def ray_backend_flag(root: dict[str, Any] | None) -> bool:
+    """`--distributed-executor-backend ray` (or `=ray`) on the API server's command line."""
+    argv = [str(a) for a in (root or {}).get("cmdline") or []]
+    for i, arg in enumerate(argv):
+        name, _, inline = arg.partition("=")
+        if name == "--distributed-executor-backend":
+            value = inline or (argv[i + 1] if i + 1 < len(argv) else "")
+            return value == "ray"
+    return False
+
+
+def stack_mentions_ray(dump: dict[str, Any] | None) -> bool:
+    for t in (dump or {}).get("threads") or []:
+        for f in t.get("frames") or []:
+            path = str(f.get("filename") or f.get("short_filename") or "") if isinstance(f, dict) else str(f[1])
+            if any(k in path for k in RAY_FILES):
+                return True
+    return False
+
+
+def shm_ties(segments: list[dict[str, Any]]) -> dict[int, set[int]]:
+    """pid -> pids that map a common psm_ segment (a vLLM ring) with it."""
+    out: dict[int, set[int]] = {}
+    for s in segments:
+        if not str(s.get("name", "")).startswith("psm_"):
+            continue
+        pids = {p for p in s.get("mapped_by") or [] if isinstance(p, int)}
+        for p in pids:
+            out.setdefault(p, set()).update(pids - {p})
+    return out
+
+
+def gpu_index_by_pid(nvml: dict[str, Any], procs: list[dict[str, Any]]) -> dict[int, int]:
+    """pid -> GPU index from NVML's process lists. NVML reports pids of the namespace the driver
+    sees (the host's); a containerised process is found through its NSpid chain too."""
+    by_any: dict[int, int] = {}
+    for p in procs:
+        for alias in p.get("nspid") or []:
+            if isinstance(alias, int) and alias != p["pid"]:
+                by_any.setdefault(alias, p["pid"])
+    out: dict[int, int] = {}
+    for g in nvml.get("gpus") or []:
+        idx = g.get("index")
+        for entry in g.get("processes") or []:
+            pid = entry.get("pid") if isinstance(entry, dict) else None
+            if isinstance(pid, int) and isinstance(idx, int):
+                out.setdefault(by_any.get(pid, pid), idx)
+    return out
+
+
+def infer_ray_ranks(workers: list[dict[str, Any]], gpus: dict[int, int], tp: int | None, pp: int | None) -> str:
+    """Give Ray-titled workers (no rank in their title) a rank: RayExecutorV2 gives rank r the r-th of
+    the node's GPUs in sorted order (local_rank = index, GPU = sorted ids[local_rank]). Without NVML,
+    pid order is a guess and said so. Returns how ranks were found."""
+    todo = [w for w in workers if "tp" not in (w.get("ranks") or {})]
+    if not todo:
+        return "title"
+    source = "nvml-gpu-order" if all(w["pid"] in gpus for w in todo) else "pid-order"
+    todo.sort(key=lambda w: (gpus.get(w["pid"], 1 << 20) if source != "pid-order" else 0, w["pid"]))
+    tp_size = tp or max(1, len(todo) // max(1, pp or 1))
+    for g, w in enumerate(todo):
+        ranks = {"tp": g % tp_size}
+        if (pp or 1) > 1:
+            ranks["pp"] = g // tp_size
+        w["ranks"] = ranks
+        w["rank_source"] = source
+        w["name"] = "Worker" + "".join(f"_{k.upper()}{v}" for k, v in sorted(ranks.items(), key=lambda kv: kv[0] != "pp"))
+    return source
