@@ -121,6 +121,9 @@ def _resample_for(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
     from vllmdiag.analysis.gpu_lone import resample_pids as lone_pids
 
     pids += lone_pids(procs, classes)
+    from vllmdiag.analysis.gpu_groups import resample_pids as group_pids  # DP/EP/PP, Ray workers
+
+    pids += group_pids(procs, classes)
     workers = [classes.get(p["pid"]) for p in procs if role_of(p) == "worker"]
     if workers and all(c is not None and c.name == "idle" for c in workers):
         pids += [p["pid"] for p in procs if (c := classes.get(p["pid"])) is not None and c.name == "engine_busy"]

@@ -1,0 +1,210 @@
+"""GPU layer across parallel groups other than TP: data parallel (DP ranks out of step in the
+per-step DP sync), expert parallel (MoE all2all across DP ranks), pipeline parallel (a stage
+waiting on a recv from a stage that is itself stuck) (pure).
+
+gpu.py compares the TP ranks of one (DP, PP) group; a hang between groups leaves every TP group
+internally consistent (all of DP0 in the DP all-reduce, all of DP1 idle), so it reads healthy
+there (real-hang-patterns rows 7, 8; vLLM #28224, #43547, #21306, #46509). Such pictures also pass
+in every healthy step, so only one that held in the stacks probe's second sample is critical.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllmdiag.analysis.common import culprit, finding
+from vllmdiag.analysis.deployments import Deployment, display_title, role_of
+from vllmdiag.analysis.gpu import compare_group, fold, held, rank_name, resampled_classes
+from vllmdiag.analysis.stacks import StackClass, classify_snapshot
+from vllmdiag.model import Culprit, Finding, Snapshot
+
+LAYER = "gpu"
+CODES = ("gpu.dp_out_of_step", "gpu.ep_rank_odd", "gpu.pp_stage_stuck")
+SYNC = ("dp_sync", "engine_dp_sync")
+LIVE = ("Z", "X")
+
+
+def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+    classes = classify_snapshot(snapshot)
+    again = resampled_classes(snapshot)
+    out: list[Finding] = []
+    for dep in deployments:
+        out += _dp(snapshot, dep, classes, again) + _ep(snapshot, dep, classes, again)
+        out += _pp(snapshot, dep, classes, again)
+    return out
+
+
+def _workers(procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in procs if role_of(p) == "worker" and p.get("state") not in LIVE]
+
+
+def _confirmed(pids: list[int | None], classes: dict[int, StackClass], again: dict[int, StackClass]) -> bool | None:
+    """True when every given process showed the same picture again; False when one moved."""
+    states = [held(pid, classes.get(pid) if pid is not None else None, again) for pid in pids if pid is not None]
+    if any(s is False for s in states):
+        return False
+    return True if states and all(s is True for s in states) else None
+
+
+# ---- data parallel -----------------------------------------------------------------------------
+def dp_ranks(procs: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for p in procs:
+        ranks = p.get("ranks") or {}
+        if role_of(p) in ("worker", "engine_core") and "dp" in ranks and p.get("state") not in LIVE:
+            out.setdefault(int(ranks["dp"]), []).append(p)
+    return out
+
+
+def dp_split(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> tuple[list[int], dict[int, list[dict[str, Any]]]]:
+    """(DP ranks in the DP sync, the other DP ranks with their processes); empty when not split."""
+    by_dp = dp_ranks(procs)
+    if len(by_dp) < 2:
+        return [], {}
+    in_sync = [d for d, ps in by_dp.items() if any((c := classes.get(p["pid"])) is not None and c.name in SYNC for p in ps)]
+    others = {d: ps for d, ps in by_dp.items() if d not in in_sync}
+    if not in_sync or not others:
+        return [], {}
+    return sorted(in_sync), others
+
+
+def _dp_blame(ps: list[dict[str, Any]], classes: dict[int, StackClass]) -> dict[str, Any]:
+    """Where an out-of-step DP rank is: its first worker that is not idle, else its EngineCore."""
+    busy = [p for p in ps if role_of(p) == "worker" and (c := classes.get(p["pid"])) is not None and c.name != "idle"]
+    engines = [p for p in ps if role_of(p) == "engine_core"]
+    return (busy or engines or ps)[0]
+
+
+def _dp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: dict[int, StackClass]) -> list[Finding]:
+    in_sync, others = dp_split(dep.processes, classes)
+    if not in_sync:
+        return []
+    by_dp = dp_ranks(dep.processes)
+    waiter = next(p for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)
+    blamed = {d: _dp_blame(ps, classes) for d, ps in others.items()}
+    confirmed = _confirmed([waiter["pid"], *[b["pid"] for b in blamed.values()]], classes, again)
+    if confirmed is False:
+        return []  # the ranks moved on: a step in passing
+    parts, culprits = [], []
+    for d, p in sorted(blamed.items()):
+        c = classes.get(p["pid"])
+        what = f"{c.label} in {c.where}" if c else "no stack"
+        parts.append(f"DP{d} is not in it ({display_title(p)}: {what})")
+        culprits.append(culprit(snap, p, f"DP rank {d} out of step: DP{fold([str(x) for x in in_sync])} wait in the "
+                                         f"DP sync all-reduce; this rank is {what}"))
+    severity = "critical" if confirmed else "warning"
+    msg = (f"DP rank(s) {', '.join(f'DP{d}' for d in in_sync)} wait in the per-step DP sync all-reduce "
+           f"({classes[waiter['pid']].where}); " + "; ".join(parts) + "."
+           + ("" if confirmed else " (one sample)"))
+    return [finding("gpu.dp_out_of_step", LAYER, severity, snap, dep, msg, [c.pid for c in culprits if c.pid],
+                    {"in_sync": in_sync, "out_of_step": sorted(blamed), "waiter": waiter["pid"],
+                     "waiter_stack": classes[waiter["pid"]].key_frames, "confirmed_by_resample": bool(confirmed)},
+                    culprits)]
+
+
+# ---- expert parallel ---------------------------------------------------------------------------
+def ep_group(procs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {int((p.get("ranks") or {})["ep"]): p for p in _workers(procs) if "ep" in (p.get("ranks") or {})}
+
+
+def _ep(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: dict[int, StackClass]) -> list[Finding]:
+    members = ep_group(dep.processes)
+    if len(members) < 2:
+        return []
+    cmp = compare_group(members, classes)
+    if cmp is None or not (cmp.op or "").startswith("ep_"):
+        return []
+    waiter = members[cmp.waiting[0]]
+    confirmed = _confirmed([waiter["pid"], *[o.pid for o in cmp.odd]], classes, again)
+    if confirmed is False:
+        return []
+    waiting = fold([f"EP{r}" for r in cmp.waiting])
+    parts, culprits = [], []
+    for o in cmp.odd:
+        proc = members.get(o.rank)
+        what = "has no stack" if o.cls is None else (f"is in {o.cls.op}" if o.kind == "mismatch"
+                                                      else f"never arrived: {o.cls.label} in {o.cls.where}")
+        name = rank_name(proc) if proc else f"EP{o.rank}"
+        parts.append(f"{name} {what}")
+        reason = f"{o.kind}: EP peers {waiting} wait in {cmp.op}; {name} {what}"
+        culprits.append(culprit(snap, proc, reason) if proc else
+                        Culprit(snap.node, None, "worker", None, f"EP{o.rank}", reason))
+    msg = f"{waiting} wait in the MoE all2all {cmp.op}; " + "; ".join(parts) + "." + ("" if confirmed else " (one sample)")
+    return [finding("gpu.ep_rank_odd", LAYER, "critical" if confirmed else "warning", snap, dep, msg,
+                    [c.pid for c in culprits if c.pid], {"op": cmp.op, "waiting": waiting,
+                                                         "odd": [{"ep": o.rank, "pid": o.pid, "kind": o.kind} for o in cmp.odd],
+                                                         "confirmed_by_resample": bool(confirmed)}, culprits)]
+
+
+# ---- pipeline parallel -------------------------------------------------------------------------
+def pp_stages(procs: list[dict[str, Any]]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    out: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for p in _workers(procs):
+        ranks = p.get("ranks") or {}
+        if "pp" in ranks:
+            out.setdefault((int(ranks.get("dp", 0)), int(ranks["pp"])), []).append(p)
+    return out
+
+
+def _in_op(ps: list[dict[str, Any]], classes: dict[int, StackClass], op: str) -> bool:
+    cs = [classes.get(p["pid"]) for p in ps]
+    return bool(cs) and sum(1 for c in cs if c is not None and c.name == "collective" and c.op == op) * 2 > len(cs)
+
+
+def _pp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: dict[int, StackClass]) -> list[Finding]:
+    stages = pp_stages(dep.processes)
+    out = []
+    for (dp, pp), ps in sorted(stages.items()):
+        up = stages.get((dp, pp - 1))
+        if pp == 0 or not up or not _in_op(ps, classes, "recv") or _in_op(up, classes, "send"):
+            continue
+        stuck = [p for p in up if (c := classes.get(p["pid"])) is None or c.name != "collective" or c.op != "send"]
+        if not stuck:
+            continue
+        blame = next((p for p in stuck if (c := classes.get(p["pid"])) is not None and c.name not in ("idle", "collective")),
+                     stuck[0])
+        confirmed = _confirmed([ps[0]["pid"], blame["pid"]], classes, again)
+        if confirmed is False:
+            continue
+        c = classes.get(blame["pid"])
+        what = f"{c.label} in {c.where}" if c else "no stack"
+        msg = (f"PP stage {pp} ({fold([rank_name(p) for p in ps])}) waits in recv from stage {pp - 1}, which never "
+               f"sent: {rank_name(blame)} is {what}." + ("" if confirmed else " (one sample)"))
+        out.append(finding("gpu.pp_stage_stuck", LAYER, "critical" if confirmed else "warning", snap, dep, msg,
+                           [blame["pid"]], {"dp": dp, "waiting_stage": pp, "upstream_stage": pp - 1,
+                                            "upstream_classes": {rank_name(p): (classes[p["pid"]].label if p["pid"] in classes
+                                                                                else None) for p in up},
+                                            "confirmed_by_resample": bool(confirmed)},
+                           [culprit(snap, blame, f"PP stage {pp - 1} never sent to stage {pp}: {what}")]))
+    return out
+
+
+# ---- for the stacks probe: what to look at twice ------------------------------------------------
+def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:
+    pids: list[int] = []
+    in_sync, others = dp_split(procs, classes)
+    if in_sync:
+        by_dp = dp_ranks(procs)
+        pids += [next(p["pid"] for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)]
+        pids += [_dp_blame(ps, classes)["pid"] for ps in others.values()]
+    for members in (ep_group(procs), *ray_groups(procs).values()):
+        cmp = compare_group(members, classes) if len(members) > 1 else None
+        if cmp is not None:
+            pids += [o.pid for o in cmp.odd if o.pid is not None] + [members[cmp.waiting[0]]["pid"]]
+    stages = pp_stages(procs)
+    for (dp, pp), ps in stages.items():
+        up = stages.get((dp, pp - 1))
+        if up and _in_op(ps, classes, "recv") and not _in_op(up, classes, "send"):
+            pids += [ps[0]["pid"], *[p["pid"] for p in up]]
+    return sorted(set(pids))
+
+
+def ray_groups(procs: list[dict[str, Any]]) -> dict[int, dict[int, dict[str, Any]]]:
+    """Ray-titled workers carry no rank; in the probe (before analysis infers ranks) they are
+    grouped by their raylet and numbered by pid, which is enough to pick whom to sample again."""
+    out: dict[int, dict[int, dict[str, Any]]] = {}
+    for p in sorted(_workers(procs), key=lambda p: p["pid"]):
+        if p.get("executor") == "ray" and "tp" not in (p.get("ranks") or {}):
+            group = out.setdefault(int(p["ppid"]), {})
+            group[len(group)] = p
+    return out
