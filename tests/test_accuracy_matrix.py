@@ -109,3 +109,45 @@ def test_fault_is_named(fault: str, tp: int, tmp_path: Path, accuracy_matrix: An
         assert (v.status, v.layer) == (status, layer), f"{fault} TP={tp}: {v.summary}\n{v.evidence}"
         assert ok_culprit, f"{fault} TP={tp}: wrong culprit {[c.to_dict() for c in v.culprits]}\n{v.summary}"
         assert ok_offline, "analyze of the saved snapshot must reproduce the live verdict"
+
+
+# ---- [shapes] deployment shapes beyond `vllm serve` + multiprocessing (issue 14) -----------------
+# (shape, fault, tp, rank) -> (status, layer, who); "api_server_gone": the missing API server (no pid)
+SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str | None]] = {
+    ("offline", "healthy", 2, None): ("healthy", None, None),
+    ("offline", "straggler", 2, 1): ("blocked", "gpu", "worker"),
+    ("offline-inproc", "healthy", 2, None): ("healthy", None, None),
+    ("offline-inproc", "straggler", 4, 2): ("blocked", "gpu", "worker"),
+    ("offline-inproc", "worker-stopped", 2, 0): ("blocked", "process", "worker"),
+    ("ray", "healthy", 2, None): ("healthy", None, None),
+    ("ray", "healthy-load", 2, None): ("healthy", None, None),
+    ("ray", "straggler", 4, 1): ("blocked", "gpu", "worker"),
+    ("ray", "collective-mismatch", 2, 1): ("blocked", "gpu", "worker"),
+    ("ray", "worker-stopped", 2, 1): ("blocked", "process", "worker"),
+    ("ray", "rpc-ring-full", 2, 1): ("blocked", "queue", "worker"),
+    ("ray", "api-killed", 2, None): ("blocked", "process", "api_server_gone"),
+    ("serve", "api-killed", 2, None): ("blocked", "process", "api_server_gone"),
+}
+
+
+@needs_root
+@pytest.mark.parametrize("case", list(SHAPE_CASES), ids=lambda c: f"{c[0]}-{c[1]}-tp{c[2]}")
+def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, accuracy_matrix: Any) -> None:
+    shape, fault, tp, rank = case
+    status, layer, who = SHAPE_CASES[case]
+    with Deployment.up(tp=tp, fault=fault, rank=rank, shape=shape) as dep:
+        result = triage(pids=[dep.root_pid], budget_s=8)
+        v = result.report.verdict
+        snap_file = tmp_path / "snap.json"
+        snap_file.write_text(json.dumps(result.report.snapshots[0].to_dict()))
+        again = analyze_files([snap_file], [dep.root_pid]).report.verdict
+        first = v.culprits[:1]
+        if who == "api_server_gone":
+            ok_culprit = bool(first) and first[0].role == "api_server" and first[0].pid is None
+        else:
+            ok_culprit = who is None or any(_blames(c, who, dep, fault, rank) for c in first)
+        ok = (v.status, v.layer) == (status, layer) and ok_culprit and again.to_dict() == v.to_dict()
+        accuracy_matrix.record(f"{shape}:{fault}", tp, f"{v.status}/{v.layer or '-'}", ok)
+        assert (v.status, v.layer) == (status, layer), f"{shape} {fault} TP={tp}: {v.summary}\n{v.evidence}"
+        assert ok_culprit, f"{shape} {fault}: wrong culprit {[c.to_dict() for c in v.culprits]}"
+        assert again.to_dict() == v.to_dict(), "analyze of the saved snapshot must reproduce the live verdict"

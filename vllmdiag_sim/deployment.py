@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllmdiag_sim import faults, procs, runtime
+from vllmdiag_sim import faults, procs, runtime, shapes
 
 STATE_ENV = "VLLMDIAG_SIM_STATE"
 BIN_VLLM = Path(__file__).parent / "bin" / "vllm"
@@ -54,6 +54,8 @@ class Deployment:
     processes: list[dict[str, Any]] = field(default_factory=list)
     leaked: list[str] = field(default_factory=list)
     fault_seq: int = 0
+    shape: str = "serve"  # see vllmdiag_sim.shapes
+    extra_tops: list[int] = field(default_factory=list)  # processes outside the launcher's tree (raylet)
 
     # ---- views -------------------------------------------------------------------------
     @property
@@ -118,13 +120,16 @@ class Deployment:
     def refresh(self) -> None:
         """Re-read the process tree; keep earlier records (orphans leave the tree)."""
         known = {p["pid"]: p for p in self.processes if procs.still_ours(p) is not None}
-        tops = [self.launcher_pid, *[p["pid"] for p in self.processes if p["role"] == "client"]]
+        tops = [self.launcher_pid, *self.extra_tops, *[p["pid"] for p in self.processes if p["role"] == "client"]]
         # What is seen now wins over what was recorded (a worker retitles itself from "VLLM::Worker"
         # to "VLLM::Worker_TP1" during startup); records of processes no longer in the tree stay.
-        for p in procs.discover(tops):
+        found = procs.discover(tops)
+        shapes.annotate(self, found)
+        for p in found:
             known[p["pid"]] = {**known.get(p["pid"], {}), **p}
         self.processes = sorted(known.values(), key=lambda p: p["pid"])
-        roots = [p["pid"] for p in self.processes if p["role"] in ("api_server", "headless")]
+        roots = [p["pid"] for p in self.processes if p["role"] in ("api_server", "headless", "llm_client")
+                 and procs.still_ours(p) is not None]
         self.root_pid = roots[0] if roots else self.root_pid
         self.save()
 
@@ -132,15 +137,17 @@ class Deployment:
     @classmethod
     def up(cls, tp: int = 2, dp: int = 1, fault: str = "healthy", rank: int | None = None,
            namespace: bool = False, shm_size: str | None = None, port: int = 0, nnodes: int = 1,
-           node_rank: int = 0, master_port: int | None = None, model: str = DEFAULT_MODEL) -> Deployment:
+           node_rank: int = 0, master_port: int | None = None, model: str = DEFAULT_MODEL,
+           shape: str = "serve") -> Deployment:
         faults.validate_start(fault, tp=tp, dp=dp, nnodes=nnodes, master_port=master_port)
+        shapes.validate(shape, fault, tp, dp, nnodes)
         if fault == "shm-small":
             namespace, shm_size = True, shm_size or "256m"
         dep_id = uuid.uuid4().hex[:8]
         base = state_root() / dep_id
         base.mkdir(parents=True)
         dep = cls(dep_id, str(base), tp, dp, nnodes, node_rank, master_port or 0, namespace,
-                  shm_size or ("4g" if namespace else None), fault="healthy", rank=rank)
+                  shm_size or ("4g" if namespace else None), fault="healthy", rank=rank, shape=shape)
         dep.save()
         try:
             if fault == "init-odd-rank":
@@ -186,9 +193,10 @@ class Deployment:
             argv += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
                      "--master-port", str(self.master_port)]
             argv += ["--headless"] if self.node_rank > 0 else []
+        argv, shape_env = shapes.launch_argv(self, argv)
         if self.namespace:
             argv = namespace_argv(str(self.shm_size)) + argv
-        env = {**os.environ, **(extra_env or {}), runtime.ENV_DIR: self.dir,
+        env = {**os.environ, **(extra_env or {}), **shape_env, runtime.ENV_DIR: self.dir,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
         with open(self.path / "log.txt", "ab") as log:
             self._popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -220,6 +228,9 @@ class Deployment:
             return True
         if any(p["role"] == "worker" and p.get("rank") is None for p in self.processes):
             return True  # still "VLLM::Worker": inside init_device
+        if self.shape == "ray" and any(p["role"] == "worker" and not str(p.get("title")).endswith(".run")
+                                       for p in self.processes):
+            return True  # a Ray actor still in initialize_worker
         # A read of cmdline while setproctitle rewrites it can come back empty: count the workers too.
         expected = self.tp * self.dp if self.nnodes == 1 and (self.tp > 1 or self.dp > 1) else 0
         return sum(1 for p in self.processes if p["role"] == "worker") < expected
@@ -239,9 +250,9 @@ class Deployment:
         with contextlib.suppress(Exception):
             self.refresh()
         procs.kill_all(self.processes)
-        popen = getattr(self, "_popen", None)
-        if popen is not None:
-            popen.wait(timeout=10)
+        for popen in (getattr(self, "_popen", None), getattr(self, "_raylet", None)):
+            if popen is not None:
+                popen.wait(timeout=10)
         # A namespaced node's /dev/shm is a private tmpfs that vanished with its last process.
         names = [] if self.namespace else self.segments + ([] if keep_leak else self.leaked)
         for name in names:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -45,6 +45,7 @@ FAULTS: dict[str, str] = {
     "healthy-slow": "streaming load with 0.4 s steps: tokens come slowly but steadily",
     "compiling": "one rank in a cold torch.compile (inductor) while its peers wait in all_reduce",
     "init-odd-rank": "at startup one rank never finishes ncclCommInitRank; its peers go on (start only)",
+    "api-killed": "the API server SIGKILLed; EngineCore and workers live on, reparented (vLLM #55510)",
 }
 START_FAULTS = {"shm-small", "init-odd-rank"}  # in place from launch; `inject` cannot add them later
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
@@ -73,10 +74,12 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "healthy-slow": ("healthy", None, None),
     "compiling": ("degraded", "gpu", None),  # suspected, never a straggler, never healthy
     "init-odd-rank": ("blocked", "gpu", "worker"),  # startup: one rank never leaves ncclCommInitRank
+    "api-killed": ("blocked", "process", "api_server_gone"),  # the missing API server: no pid to name
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
-NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled", "long-step", "healthy-slow"}
+NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled", "long-step", "healthy-slow",
+              "api-killed"}
 NEEDS_GROUP = {"uniform-collective", "init-odd-rank"}  # a collective needs peers: TP=1 skips it entirely
 SETTLE_S = 0.3  # after the culprit acks, give its peers time to reach their own waits
 TIMEOUT_S = 20.0
@@ -229,4 +232,11 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "long-step": lambda d, r: _hang_with_request(d, f"long-step-{r}"),
     "healthy-slow": lambda d, r: _with_client(d, "load", "client-load"),
     "compiling": lambda d, r: _hang_with_request(d, f"compiling-{r}"),
+    "api-killed": lambda d, r: _shapes().kill_api_server(d, r),
 }
+
+
+def _shapes() -> Any:
+    from vllmdiag_sim import shapes
+
+    return shapes

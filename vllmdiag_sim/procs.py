@@ -18,6 +18,7 @@ import psutil
 
 _WORKER_RE = re.compile(r"^VLLM::Worker(?:_DP(\d+))?(?:_TP(\d+))?$")
 _ENGINE_RE = re.compile(r"^VLLM::EngineCore(?:_DP(\d+))?$")
+_RAY_RE = re.compile(r"^ray::RayWorker(?:Proc|Wrapper)(?:\.\w+)?$")
 
 
 def classify(cmdline: list[str]) -> dict[str, Any] | None:
@@ -31,14 +32,19 @@ def classify(cmdline: list[str]) -> dict[str, Any] | None:
                 "rank": int(m[2]) if m[2] else (0 if m[1] else None)}
     if m := _ENGINE_RE.match(title):
         return {"role": "engine_core", "title": title, "dp_rank": int(m[1] or 0), "rank": None}
+    if _RAY_RE.match(title):  # a Ray actor: its rank is what it recorded (shapes.annotate)
+        return {"role": "worker", "title": title, "dp_rank": 0, "rank": None}
     joined = " ".join(cmdline)
+    if "/raylet " in joined or cmdline[0].endswith("/raylet"):
+        return {"role": "raylet", "title": joined, "dp_rank": None, "rank": None}
     if cmdline[0].endswith("unshare"):
         return {"role": "unshare", "title": joined, "dp_rank": None, "rank": None}
     if len(cmdline) > 2 and cmdline[1].endswith("/vllm") and cmdline[2] == "serve":
         role = "headless" if "--headless" in cmdline else "api_server"
         return {"role": role, "title": joined, "dp_rank": None, "rank": None}
     for needle, role in (("multiprocessing.resource_tracker", "resource_tracker"),
-                         ("vllmdiag_sim.nsinit", "nsinit"), ("vllmdiag_sim.clients", "client")):
+                         ("vllmdiag_sim.nsinit", "nsinit"), ("vllmdiag_sim.clients", "client"),
+                         ("vllmdiag_sim.vllm.entrypoints.llm", "llm_client")):
         if needle in joined:
             return {"role": role, "title": joined, "dp_rank": None, "rank": None}
     return None

@@ -12,6 +12,8 @@ class ParallelConfig:
     nnodes: int = 1
     node_rank: int = 0
     master_port: int = 0
+    distributed_executor_backend: str = "mp"  # mp | ray
+    frontend: bool = True  # False: an offline LLM() script, no HTTP client to start steps
 
     @property
     def local_world_size(self) -> int:
@@ -28,7 +30,8 @@ class ParallelConfig:
     @property
     def uses_multiproc_executor(self) -> bool:
         # vLLM runs TP=1 in-process (UniProcExecutor) unless DP needs a worker per engine.
-        return self.tensor_parallel_size > 1 or self.data_parallel_size > 1 or self.nnodes > 1
+        return (self.tensor_parallel_size > 1 or self.data_parallel_size > 1 or self.nnodes > 1
+                or self.distributed_executor_backend == "ray")
 
     def worker_suffix(self, dp_rank: int, tp_rank: int) -> str:
         parts = []

@@ -21,6 +21,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     serve.add_argument("--nnodes", type=int, default=1)
     serve.add_argument("--node-rank", type=int, default=0)
     serve.add_argument("--master-port", type=int, default=0)
+    serve.add_argument("--distributed-executor-backend", choices=("mp", "ray"), default="mp")
     return parser.parse_args(argv)
 
 
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s [%(name)s] %(message)s")
     pc = ParallelConfig(args.tensor_parallel_size, args.data_parallel_size, args.nnodes,
-                        args.node_rank, args.master_port)
+                        args.node_rank, args.master_port, args.distributed_executor_backend)
     from vllmdiag_sim.vllm.entrypoints.openai import api_server
 
     if args.headless:

@@ -30,6 +30,14 @@ logger = logging.getLogger("vllm.v1.engine.core")
 REQUEST_TYPES = {b"\x00": "ADD", b"\x01": "ABORT"}
 
 
+def _executor_class(pc: ParallelConfig) -> type[MultiprocExecutor]:
+    if pc.distributed_executor_backend == "ray":
+        from vllmdiag_sim.vllm.v1.executor.ray_executor_v2 import RayExecutorV2
+
+        return RayExecutorV2
+    return MultiprocExecutor
+
+
 class EngineCoreProc:
     def __init__(self, pc: ParallelConfig, dp_rank: int, input_addr: str | None,
                  output_addr: str | None, hub_sock: socket.socket | None) -> None:
@@ -38,7 +46,7 @@ class EngineCoreProc:
         self.output_queue: queue.Queue[list[dict[str, Any]]] = queue.Queue()
         self.scheduler = Scheduler()
         self.model_executor: MultiprocExecutor | UniProcExecutor = (
-            MultiprocExecutor(pc, dp_rank, hub_sock) if pc.uses_multiproc_executor else UniProcExecutor())
+            _executor_class(pc)(pc, dp_rank, hub_sock) if pc.uses_multiproc_executor else UniProcExecutor())
         self.faults = EngineFaults(self)
         self.pending_steps: list[tuple[str, Any]] = []
         threading.Thread(target=self.process_input_sockets, args=(input_addr,), daemon=True).start()

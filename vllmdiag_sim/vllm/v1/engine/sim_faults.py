@@ -41,6 +41,8 @@ class EngineFaults:
             engine.pending_steps.append((name, spec))
         if name in STEP_FAULTS and not engine.pc.is_leader:
             self._kick_leader()
+        elif name in STEP_FAULTS and not engine.pc.frontend:
+            engine.pending_steps.append(("KICK", None))  # offline: no HTTP client starts a step
         runtime.ack(f"fault-{spec['seq']}")
 
     def _kick_leader(self) -> None:

@@ -32,7 +32,7 @@ class WorkerProc:
 
     def __init__(self, pc: ParallelConfig, dp_rank: int, local_rank: int, rpc_handle: Handle,
                  hub_port: int | None, ready: multiprocessing.connection.Connection,
-                 death: multiprocessing.connection.Connection) -> None:
+                 death: multiprocessing.connection.Connection | None) -> None:
         set_process_title("Worker")
         self.rank = pc.first_local_rank + local_rank
         self.worker = Worker(self.rank, pc.tensor_parallel_size)
@@ -57,8 +57,9 @@ class WorkerProc:
             tp_mq.wait_until_ready()
         self.tp_mq = tp_mq
         self.async_output_queue: queue.Queue[Any] = queue.Queue()
-        threading.Thread(target=self.monitor_death_pipe, args=(death,), name="DeathPipeMonitor",
-                         daemon=True).start()
+        if death is not None:  # Ray actors have no death pipe (RayExecutorV2)
+            threading.Thread(target=self.monitor_death_pipe, args=(death,), name="DeathPipeMonitor",
+                             daemon=True).start()
         threading.Thread(target=self.async_output_busy_loop, name="WorkerAsyncOutputCopy",
                          daemon=True).start()
 

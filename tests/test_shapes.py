@@ -1,0 +1,260 @@
+"""Deployment shapes (issue 14) on snapshots built like real vLLM 0.33 shows them: Ray workers under
+a raylet, offline LLM() scripts, an engine orphaned by a killed API server, DP/EP/PP groups,
+NVML pids inside containers, setproctitle titles read like psutil does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.analysis.engine import analyze
+from vllmdiag.analysis.shapes import gpu_index_by_pid, parent_kind
+from vllmdiag.model import ProbeResult, Snapshot
+from vllmdiag.probes._procfs import read_cmdline
+from vllmdiag.titles import parse_cmdline
+
+
+def proc(pid: int, ppid: int, role: str | None, title: str, ranks: dict[str, int] | None = None, **extra: Any
+         ) -> dict[str, Any]:
+    argv = title.split(" ")
+    return {"pid": pid, "ppid": ppid, "pgid": extra.pop("pgid", ppid), "role": role, "title": title, "cmdline": argv,
+            "titled": title.startswith(("VLLM::", "ray::")), "name": title.split("::")[-1], "ranks": ranks or {},
+            "state": extra.pop("state", "S"), "comm": argv[0].rsplit("/", 1)[-1][:15], **extra}
+
+
+def frames(*chain: tuple[str, str]) -> list[dict[str, Any]]:
+    return [{"name": "MainThread", "frames": [[f, file, 1] for f, file in chain]}]
+
+
+IDLE = frames(("poll", "zmq/sugar/poll.py"), ("acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py"),
+              ("dequeue", "vllm/distributed/device_communicators/shm_broadcast.py"),
+              ("worker_busy_loop", "vllm/v1/executor/multiproc_executor.py"))
+ENGINE_IDLE = frames(("wait", "threading.py"), ("get", "queue.py"), ("_process_input_queue", "vllm/v1/engine/core.py"),
+                     ("run_busy_loop", "vllm/v1/engine/core.py"))
+ALL_REDUCE = frames(("ncclAllReduce", "vllm/distributed/device_communicators/pynccl_wrapper.py"),
+                    ("all_reduce", "vllm/distributed/device_communicators/pynccl.py"),
+                    ("all_reduce", "vllm/distributed/parallel_state.py"), ("forward", "vllm/model_executor/layers/linear.py"),
+                    ("execute_model", "vllm/v1/worker/gpu_model_runner.py"))
+EXECUTING = frames(("_prepare_inputs", "vllm/v1/worker/gpu_model_runner.py"),
+                   ("execute_model", "vllm/v1/worker/gpu_model_runner.py"))
+DP_SYNC = frames(("all_reduce", "torch/distributed/distributed_c10d.py"), ("_run_ar", "vllm/v1/worker/dp_utils.py"),
+                 ("_synchronize_dp_ranks", "vllm/v1/worker/dp_utils.py"),
+                 ("coordinate_batch_across_dp", "vllm/v1/worker/dp_utils.py"),
+                 ("execute_model", "vllm/v1/worker/gpu_model_runner.py"))
+EP_DISPATCH = frames(("dispatch", "deep_ep/buffer.py"),
+                     ("_do_dispatch", "vllm/model_executor/layers/fused_moe/prepare_finalize/deepep_ht.py"),
+                     ("prepare", "vllm/model_executor/layers/fused_moe/prepare_finalize/deepep_ht.py"),
+                     ("forward", "vllm/model_executor/layers/fused_moe/layer.py"))
+RECV = frames(("recv", "torch/distributed/distributed_c10d.py"), ("recv_tensor_dict", "vllm/distributed/parallel_state.py"),
+              ("execute_model", "vllm/v1/worker/gpu_worker.py"))
+RAY_DAG_WAIT = frames(("get", "ray/experimental/compiled_dag_ref.py"), ("result", "vllm/v1/executor/ray_executor.py"),
+                      ("step_with_batch_queue", "vllm/v1/engine/core.py"), ("run_busy_loop", "vllm/v1/engine/core.py"))
+
+
+def snap(procs: list[dict[str, Any]], stacks: dict[int, list[dict[str, Any]]] | None = None,
+         again: dict[int, list[dict[str, Any]]] | None = None, parents: list[dict[str, Any]] | None = None,
+         **probes: dict[str, Any]) -> Snapshot:
+    dumps = []
+    for pid, threads in (stacks or {}).items():
+        d: dict[str, Any] = {"pid": pid, "status": "ok", "threads": threads}
+        if again and pid in again:
+            d["resample"] = {"after_s": 0.3, "status": "ok", "threads": again[pid]}
+        dumps.append(d)
+    res = {"processes": ProbeResult("ok", 0.0, None, {"processes": procs, "parents": parents or []}),
+           "stacks": ProbeResult("ok", 0.1, None, {"dumps": dumps})}
+    res.update({name: ProbeResult("ok", 0.0, None, data) for name, data in probes.items()})
+    return Snapshot("n1", "", "", 0.1, res)
+
+
+# ---- titles and command lines ------------------------------------------------------------------
+@pytest.mark.parametrize("argv,role,executor", [
+    (["ray::RayWorkerProc"], "worker", "ray"),
+    (["ray::RayWorkerProc.run"], "worker", "ray"),
+    (["ray::RayWorkerWrapper.__ray_call__"], "worker", "ray"),
+    (["ray::RayWorkerWrapper.execute_method()"], "worker", "ray"),
+    (["ray::IDLE"], None, None),
+    (["ray::SomeOtherActor.run"], None, None),
+    (["/usr/lib/python3/site-packages/ray/core/src/ray/raylet/raylet", "--raylet_socket_name=/tmp/x"], "raylet", None),
+])
+def test_ray_titles(argv: list[str], role: str | None, executor: str | None) -> None:
+    info = parse_cmdline(argv)
+    assert (info.role, info.executor) == (role, executor)
+
+
+def test_cmdline_of_a_setproctitle_title_splits_on_spaces_like_psutil(tmp_path: Path) -> None:
+    (tmp_path / "cmdline").write_bytes(b"/opt/ray/raylet --raylet_socket_name=/tmp/r --node_manager_port=0\0\0\0\0")
+    assert read_cmdline(tmp_path) == ["/opt/ray/raylet", "--raylet_socket_name=/tmp/r", "--node_manager_port=0"]
+    (tmp_path / "cmdline").write_bytes(b"VLLM::Worker_TP2" + b" " * 30)
+    assert read_cmdline(tmp_path) == ["VLLM::Worker_TP2"]
+    (tmp_path / "cmdline").write_bytes(b"python3\0-m\0vllm.entrypoints.openai.api_server\0--model\0a b\0")
+    assert read_cmdline(tmp_path) == ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "a b"]
+
+
+def test_real_retitled_processes_are_selected_with_their_raylet() -> None:
+    """A real raylet-like parent with a setproctitle title and a Ray-titled child: the processes probe
+    selects the child as a worker and describes the raylet as its parent."""
+    pytest.importorskip("setproctitle")
+    code = ("import os,sys,time,setproctitle\n"
+            "setproctitle.setproctitle('/x/ray/core/src/ray/raylet/raylet --raylet_socket_name=/tmp/s')\n"
+            "pid=os.fork()\n"
+            "if pid==0:\n setproctitle.setproctitle('ray::RayWorkerProc.run'); print(os.getpid(), flush=True); time.sleep(30)\n"
+            "else:\n time.sleep(30)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = 0
+    try:
+        child = int(p.stdout.readline())  # type: ignore[union-attr]
+        time.sleep(0.1)
+        from vllmdiag.context import Context
+        from vllmdiag.probes.processes import collect
+
+        data = collect(Context())
+        mine = next(x for x in data["processes"] if x["pid"] == child)
+        assert (mine["role"], mine["executor"], mine["title"]) == ("worker", "ray", "ray::RayWorkerProc.run")
+        raylet = next(x for x in data["parents"] if x["pid"] == p.pid)
+        assert raylet["role"] == "raylet"
+        assert raylet["cmdline"][1] == "--raylet_socket_name=/tmp/s"
+    finally:
+        if child:
+            os.kill(child, signal.SIGKILL)  # our own fork child, by its pid
+        p.kill()
+        p.wait()
+
+
+# ---- Ray ---------------------------------------------------------------------------------------
+def ray_snapshot(worker_stacks: list[list[dict[str, Any]]], flag: bool = True, shm: bool = True,
+                 again: dict[int, list[dict[str, Any]]] | None = None, engine_stack: Any = None) -> Snapshot:
+    api_argv = "python3 /usr/bin/vllm serve m -tp 2" + (" --distributed-executor-backend ray" if flag else "")
+    procs = [proc(10, 1, "api_server", api_argv), proc(11, 10, "engine_core", "VLLM::EngineCore")]
+    workers = [proc(21 + i, 20, "worker", "ray::RayWorkerProc.run", executor="ray") for i in range(len(worker_stacks))]
+    stacks = {11: engine_stack or ENGINE_IDLE, **{w["pid"]: s for w, s in zip(workers, worker_stacks, strict=True)}}
+    raylet = proc(20, 1, "raylet", "/opt/ray/raylet --raylet_socket_name=/tmp/s", selected_as="parent")
+    segs = {"segments": [{"name": "psm_abc", "mapped_by": [11, *[w["pid"] for w in workers]]}]} if shm else {"segments": []}
+    return snap(procs + workers, stacks, again, parents=[raylet], shm=segs)
+
+
+def test_ray_workers_under_a_raylet_join_their_engine_and_idle_is_healthy() -> None:
+    rep = analyze([ray_snapshot([IDLE, IDLE])])
+    assert rep.verdict.status == "healthy", rep.verdict.summary
+    dep = rep.deployments[0].deployment
+    assert dep.executor == "ray" and {21, 22} <= dep.pids
+    assert dep.ray["ties"] == ["maps the engine's rpc ring (shared memory)"]
+    assert [p["ranks"] for p in dep.workers] == [{"tp": 0}, {"tp": 1}]
+
+
+def test_ray_straggler_is_named_and_confirmed_by_the_second_sample() -> None:
+    again = {21: ALL_REDUCE, 22: EXECUTING}
+    rep = analyze([ray_snapshot([ALL_REDUCE, EXECUTING], again=again)])
+    v = rep.verdict
+    assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
+    assert (v.culprits[0].pid, v.culprits[0].rank, v.culprits[0].title) == (22, 1, "ray::RayWorkerProc.run")
+
+
+def test_ray_workers_tied_without_shm_when_only_one_ray_engine() -> None:
+    dep = analyze([ray_snapshot([IDLE, IDLE], shm=False)]).deployments[0].deployment
+    assert dep.ray["ties"] == ["the only Ray-backed vLLM engine on this node"] and {21, 22} <= dep.pids
+
+
+def test_ray_engine_without_visible_workers_is_never_healthy() -> None:
+    s = ray_snapshot([])
+    rep = analyze([s])
+    assert rep.verdict.status != "healthy"
+    assert any(f.code == "process.workers_unseen" for f in rep.findings)
+
+
+def test_ray_compiled_dag_engine_wait_is_recognised() -> None:
+    from vllmdiag.analysis.stacks import classify_threads
+
+    assert classify_threads(RAY_DAG_WAIT, "engine_core").name == "engine_waiting_workers"
+    idle = frames(("read", "ray/experimental/channel/shared_memory_channel.py"),
+                  ("do_exec_tasks", "ray/dag/compiled_dag_node.py"))
+    assert classify_threads(idle, "worker").name == "idle"
+
+
+def test_ray_workers_with_no_engine_here_form_a_ray_node() -> None:
+    workers = [proc(21 + i, 20, "worker", "ray::RayWorkerProc.run", executor="ray") for i in range(2)]
+    raylet = proc(20, 1, "raylet", "/opt/ray/raylet", selected_as="parent")
+    rep = analyze([snap(workers, {21: IDLE, 22: IDLE}, parents=[raylet])])
+    assert rep.verdict.status == "healthy", rep.verdict.summary
+    assert rep.deployments[0].deployment.kind == "ray_node" and rep.deployments[0].deployment.root_pid == 20
+
+
+def test_ray_ranks_follow_gpu_order_from_nvml() -> None:
+    s = ray_snapshot([IDLE, IDLE])
+    s.probes["nvml"] = ProbeResult("ok", 0.0, None, {"gpus": [{"index": 0, "processes": [{"pid": 22}]},
+                                                              {"index": 1, "processes": [{"pid": 21}]}]})
+    dep = analyze([s]).deployments[0].deployment
+    assert {p["pid"]: p["ranks"]["tp"] for p in dep.workers} == {22: 0, 21: 1}
+    assert dep.ray["rank_source"] == "nvml-gpu-order"
+
+
+# ---- offline and orphaned engines --------------------------------------------------------------
+def test_offline_inprocess_workers_under_the_script_are_not_orphans() -> None:
+    script = proc(10, 5, "llm_client", "python3 run.py", selected_as="parent", pgid=10,
+                  environ={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    workers = [proc(11 + i, 10, "worker", f"VLLM::Worker_TP{i}", {"tp": i}) for i in range(2)]
+    rep = analyze([snap([script, *workers], {10: ENGINE_IDLE, 11: IDLE, 12: IDLE})])
+    assert rep.verdict.status == "healthy", rep.verdict.summary
+    assert rep.deployments[0].deployment.kind == "offline_inprocess"
+
+
+def test_offline_script_with_engine_child_is_healthy_when_idle() -> None:
+    script = proc(10, 5, "llm_client", "python3 run.py", selected_as="parent", pgid=10)
+    engine = proc(11, 10, "engine_core", "VLLM::EngineCore")
+    rep = analyze([snap([script, engine], {11: ENGINE_IDLE})])
+    assert rep.verdict.status == "healthy", rep.verdict.summary
+    assert rep.deployments[0].deployment.kind == "offline"
+
+
+def test_a_python_parent_claims_only_its_own_process_group() -> None:
+    """A harness that started two engines in their own sessions is not one offline deployment."""
+    harness = proc(10, 5, "llm_client", "python3 harness.py", selected_as="parent", pgid=10)
+    a, b = proc(11, 10, "engine_core", "VLLM::EngineCore", pgid=11), proc(12, 10, "engine_core", "VLLM::EngineCore", pgid=12)
+    rep = analyze([snap([harness, a, b], {11: ENGINE_IDLE, 12: ENGINE_IDLE})])
+    assert sorted(d.deployment.root_pid for d in rep.deployments) == [11, 12]
+
+
+@pytest.mark.parametrize("adopter,pid,nspid", [("/sbin/init", 1, [1]), ("/bin/bash /entrypoint.sh", 700, [700, 1]),
+                                               ("/usr/bin/tini -- vllm", 800, [800, 1]),
+                                               ("/usr/lib/systemd/systemd --user", 900, [900])])
+def test_engine_reparented_to_init_or_shell_is_an_orphaned_engine(adopter: str, pid: int, nspid: list[int]) -> None:
+    parent = proc(pid, 0, None, adopter, selected_as="parent", nspid=nspid)
+    engine = proc(11, pid, "engine_core", "VLLM::EngineCore")
+    workers = [proc(12 + i, 11, "worker", f"VLLM::Worker_TP{i}", {"tp": i}) for i in range(2)]
+    nvml = {"gpus": [{"index": 3, "processes": [{"pid": 12}]}, {"index": 5, "processes": [{"pid": 13}]}]}
+    rep = analyze([snap([engine, *workers], {11: ENGINE_IDLE, 12: IDLE, 13: IDLE}, parents=[parent], nvml=nvml)])
+    v = rep.verdict
+    assert (v.status, v.layer) == ("blocked", "process"), v.summary
+    assert (v.culprits[0].role, v.culprits[0].pid) == ("api_server", None)
+    f = next(f for f in rep.findings if f.code == "process.frontend_missing")
+    assert f.evidence["gpus"] == [3, 5] and "GPU(s) 3, 5" in f.message
+
+
+def test_engine_under_a_plain_shell_is_not_called_orphaned() -> None:
+    """vLLM never starts an engine from a shell that is not init: we cannot explain it, so no claim."""
+    shell = proc(700, 5, None, "bash -c x", selected_as="parent", nspid=[700])
+    assert parent_kind(shell, set()) == "unknown"
+
+
+def test_python_init_of_a_container_is_the_client_only_with_evidence() -> None:
+    """`docker run ... python run.py` (PID 1 in its namespace, binds the engine's sockets) vs a
+    Python init that merely adopted an orphaned engine."""
+    init = proc(900, 1, None, "python3 -m myinit", selected_as="parent", nspid=[900, 1])
+    assert parent_kind(init, {900}) == "llm_client"
+    assert parent_kind(init, set()) == "adopter"
+    assert parent_kind(init, None) == "llm_client"  # could not tell: no alarm
+    assert parent_kind(proc(901, 1, None, "python3 run.py", nspid=[901, 7]), set()) == "llm_client"
+
+
+# ---- containers: NVML pids through NSpid ----------------------------------------------------------
+def test_nvml_pid_of_a_containerised_process_is_found_through_nspid() -> None:
+    procs = [proc(4242, 1, "worker", "VLLM::Worker_TP0", {"tp": 0}, nspid=[4242, 17])]
+    # NVML inside the container reports the host pid or the namespace pid depending on the driver.
+    assert gpu_index_by_pid({"gpus": [{"index": 2, "processes": [{"pid": 17}]}]}, procs) == {4242: 2}
+    assert gpu_index_by_pid({"gpus": [{"index": 2, "processes": [{"pid": 4242}]}]}, procs) == {4242: 2}

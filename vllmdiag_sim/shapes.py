@@ -1,0 +1,106 @@
+"""Deployment shapes beyond `vllm serve` with the multiprocessing executor (issue 14).
+
+- ``offline``: a user's script runs `LLM(...)`; the EngineCore is its child (multiprocessing).
+- ``offline-inproc``: the same with `VLLM_ENABLE_V1_MULTIPROCESSING=0`: engine inside the script,
+  workers are the script's children.
+- ``ray``: a raylet is started first (a cluster started beforehand, like `ray start --head`), then
+  `vllm serve --distributed-executor-backend ray`; the workers are the raylet's children.
+The orphaned engine is a fault (``api-killed``) on a running deployment of any shape with an API server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from vllmdiag_sim import runtime
+from vllmdiag_sim.ray.raylet import SOCKET_ENV
+
+if TYPE_CHECKING:
+    from vllmdiag_sim.deployment import Deployment
+
+SHAPES = ("serve", "offline", "offline-inproc", "ray")
+SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-killed"),
+                "offline-inproc": ("healthy", "straggler", "worker-stopped", "worker-killed"),
+                # No worker-killed: the raylet reaps its actors at once (no zombie stays).
+                "ray": ("healthy", "healthy-load", "straggler", "collective-mismatch", "worker-stopped",
+                        "worker-gone", "rpc-ring-full", "api-killed")}
+
+
+class ShapeError(ValueError):
+    pass
+
+
+def validate(shape: str, fault: str, tp: int, dp: int, nnodes: int) -> None:
+    if shape not in SHAPES:
+        raise ShapeError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    if shape != "serve" and (dp != 1 or nnodes != 1):
+        raise ShapeError(f"shape {shape} runs DP=1 on one node")
+    if shape != "serve" and fault not in SHAPE_FAULTS[shape]:
+        raise ShapeError(f"shape {shape} supports faults {', '.join(SHAPE_FAULTS[shape])}")
+
+
+def launch_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The command line and extra environment of the deployment's top process."""
+    if dep.shape in ("offline", "offline-inproc"):
+        argv = [sys.executable, "-m", "vllmdiag_sim.vllm.entrypoints.llm", "--tp", str(dep.tp)]
+        return argv, ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if dep.shape == "offline-inproc" else {})
+    if dep.shape == "ray":
+        sock = str(dep.path / "raylet.sock")
+        dep.extra_tops = [start_raylet(dep, sock)]
+        return base_argv + ["--distributed-executor-backend", "ray"], {SOCKET_ENV: sock}
+    return base_argv, {}
+
+
+def start_raylet(dep: Deployment, sock: str) -> int:
+    env = {**os.environ, runtime.ENV_DIR: dep.dir, "SPT_NOENV": "1"}  # Ray keeps environ readable
+    with open(dep.path / "log.txt", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "vllmdiag_sim.ray.raylet", "--socket", sock],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    deadline = time.monotonic() + 15
+    while not (dep.path / "acks" / "raylet-ready").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the sim raylet did not start:\n{dep.log_tail()}")
+        time.sleep(0.02)
+    dep._raylet = proc  # type: ignore[attr-defined]  # reaped on down
+    return proc.pid
+
+
+def annotate(dep: Deployment, procs: list[dict[str, Any]]) -> None:
+    """Ray actors carry no rank in their title: take it from what each actor recorded."""
+    ranks = {}
+    for line in runtime.read_records(dep.path, "ray_workers"):
+        rank, _, pid = line.partition(" ")
+        if rank.isdigit() and pid.isdigit():
+            ranks[int(pid)] = int(rank)
+    for p in procs:
+        if p["role"] == "worker" and p["pid"] in ranks:
+            p["rank"], p["dp_rank"] = ranks[p["pid"]], 0
+
+
+def kill_api_server(dep: Deployment, rank: int | None) -> None:
+    """vLLM #55510: SIGKILL the API server; its EngineCore and workers live on, reparented."""
+    api = dep.root_pid
+    engine = dep.engine_pid()
+    os.kill(api, signal.SIGKILL)
+    popen = getattr(dep, "_popen", None)
+    if popen is not None:
+        popen.wait(timeout=10)  # reap it if it is our child, so it is gone, not a zombie
+    dep.root_pid = engine  # the top of what is left
+    dep.save()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(engine).ppid() != api:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.02)
+    raise TimeoutError("the EngineCore was not reparented after its API server died")
