@@ -258,3 +258,79 @@ def test_nvml_pid_of_a_containerised_process_is_found_through_nspid() -> None:
     # NVML inside the container reports the host pid or the namespace pid depending on the driver.
     assert gpu_index_by_pid({"gpus": [{"index": 2, "processes": [{"pid": 17}]}]}, procs) == {4242: 2}
     assert gpu_index_by_pid({"gpus": [{"index": 2, "processes": [{"pid": 4242}]}]}, procs) == {4242: 2}
+
+
+# ---- data / expert / pipeline parallel ------------------------------------------------------------
+def dp_snapshot(dp1: list[dict[str, Any]], again: dict[int, list[dict[str, Any]]] | None = None,
+                engine1: Any = None) -> Snapshot:
+    """DP=2 x TP=2 under one API server with a DPCoordinator; DP0 waits in the DP sync."""
+    procs = [proc(10, 1, "api_server", "python3 /usr/bin/vllm serve m -tp 2 -dp 2"),
+             proc(11, 10, "dp_coordinator", "VLLM::DPCoordinator"),
+             proc(12, 10, "engine_core", "VLLM::EngineCore_DP0", {"dp": 0}),
+             proc(13, 10, "engine_core", "VLLM::EngineCore_DP1", {"dp": 1})]
+    stacks: dict[int, Any] = {12: ENGINE_IDLE, 13: engine1 or ENGINE_IDLE}
+    for d, eng in ((0, 12), (1, 13)):
+        for t in range(2):
+            pid = 20 + d * 2 + t
+            procs.append(proc(pid, eng, "worker", f"VLLM::Worker_DP{d}_TP{t}", {"dp": d, "tp": t}))
+            stacks[pid] = DP_SYNC if d == 0 else dp1[t]
+    return snap(procs, stacks, again)
+
+
+def test_dp_rank_out_of_step_is_the_culprit_once_it_holds() -> None:
+    again = {20: DP_SYNC, 13: ENGINE_IDLE}
+    rep = analyze([dp_snapshot([IDLE, IDLE], again)])
+    v = rep.verdict
+    assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
+    assert (v.culprits[0].pid, v.culprits[0].role) == (13, "engine_core")  # DP1 never ran the step
+    assert any(f.code == "gpu.dp_out_of_step" for f in rep.findings)
+
+
+def test_dp_out_of_step_in_one_sample_is_only_a_warning_and_moving_is_nothing() -> None:
+    rep = analyze([dp_snapshot([IDLE, IDLE])])
+    assert rep.verdict.status == "degraded" and "one sample" in rep.verdict.summary
+    moved = analyze([dp_snapshot([IDLE, IDLE], {20: IDLE, 13: ENGINE_IDLE})])
+    assert moved.verdict.status == "healthy", moved.verdict.summary
+
+
+def test_dp_rank_busy_elsewhere_names_its_busy_worker() -> None:
+    again = {20: DP_SYNC, 23: EXECUTING}
+    v = analyze([dp_snapshot([IDLE, EXECUTING], again)]).verdict
+    assert (v.status, v.layer, v.culprits[0].pid) == ("blocked", "gpu", 23), v.summary
+
+
+def test_dp_ranks_all_in_the_sync_are_fine() -> None:
+    rep = analyze([dp_snapshot([DP_SYNC, DP_SYNC], {20: DP_SYNC, 22: DP_SYNC})])
+    assert not any(f.code == "gpu.dp_out_of_step" for f in rep.findings)
+
+
+def test_ep_rank_missing_from_the_all2all_is_named_across_dp_ranks() -> None:
+    procs = [proc(10, 1, "api_server", "python3 /usr/bin/vllm serve m -tp 2 -dp 2 --enable-expert-parallel")]
+    stacks: dict[int, Any] = {}
+    for d in range(2):
+        procs.append(proc(11 + d, 10, "engine_core", f"VLLM::EngineCore_DP{d}", {"dp": d}))
+        stacks[11 + d] = ENGINE_IDLE
+        for t in range(2):
+            pid, ep = 20 + d * 2 + t, d * 2 + t
+            procs.append(proc(pid, 11 + d, "worker", f"VLLM::Worker_DP{d}_TP{t}_EP{ep}", {"dp": d, "tp": t, "ep": ep}))
+            stacks[pid] = EP_DISPATCH
+    stacks[22] = stacks[23] = IDLE  # all of DP1 never reached the MoE layer: TP groups look fine
+    rep = analyze([snap(procs, stacks, {20: EP_DISPATCH, 22: IDLE, 23: IDLE})])
+    f = next(f for f in rep.findings if f.code == "gpu.ep_rank_odd")
+    assert set(f.pids) == {22, 23} and f.severity == "critical"
+    assert rep.verdict.layer == "gpu" and rep.verdict.culprits[0].pid in (22, 23)
+
+
+def test_pp_stage_waiting_on_recv_names_the_stuck_upstream_stage() -> None:
+    procs = [proc(10, 1, "api_server", "python3 /usr/bin/vllm serve m -tp 2 -pp 2"),
+             proc(11, 10, "engine_core", "VLLM::EngineCore")]
+    stacks: dict[int, Any] = {11: ENGINE_IDLE}
+    for pp in range(2):
+        for t in range(2):
+            pid = 20 + pp * 2 + t
+            procs.append(proc(pid, 11, "worker", f"VLLM::Worker_PP{pp}_TP{t}", {"pp": pp, "tp": t}))
+            stacks[pid] = RECV if pp == 1 else (EXECUTING if t == 1 else ALL_REDUCE)
+    rep = analyze([snap(procs, stacks, {22: RECV, 21: EXECUTING, 20: ALL_REDUCE})])
+    f = next(f for f in rep.findings if f.code == "gpu.pp_stage_stuck")
+    assert f.pids == [21] and f.severity == "critical"
+    assert rep.verdict.culprits[0].pid == 21  # the TP straggler of stage 0, not a waiting stage-1 rank

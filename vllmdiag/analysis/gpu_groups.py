@@ -10,11 +10,12 @@ in every healthy step, so only one that held in the stacks probe's second sample
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, role_of
-from vllmdiag.analysis.gpu import compare_group, fold, held, rank_name, resampled_classes
+from vllmdiag.analysis.gpu import GroupCompare, OddRank, compare_group, fold, held, rank_name, resampled_classes
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
 
@@ -109,10 +110,8 @@ def ep_group(procs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 def _ep(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: dict[int, StackClass]) -> list[Finding]:
     members = ep_group(dep.processes)
-    if len(members) < 2:
-        return []
-    cmp = compare_group(members, classes)
-    if cmp is None or not (cmp.op or "").startswith("ep_"):
+    cmp = ep_compare(members, classes)
+    if cmp is None:
         return []
     waiter = members[cmp.waiting[0]]
     confirmed = _confirmed([waiter["pid"], *[o.pid for o in cmp.odd]], classes, again)
@@ -134,6 +133,27 @@ def _ep(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
                     [c.pid for c in culprits if c.pid], {"op": cmp.op, "waiting": waiting,
                                                          "odd": [{"ep": o.rank, "pid": o.pid, "kind": o.kind} for o in cmp.odd],
                                                          "confirmed_by_resample": bool(confirmed)}, culprits)]
+
+
+def ep_compare(members: dict[int, dict[str, Any]], classes: dict[int, StackClass]) -> GroupCompare | None:
+    """An all2all needs every EP rank, so no majority is needed: ranks in the most common EP op
+    wait, every other rank is odd (a whole DP rank absent is half the group at DP=2)."""
+    if len(members) < 2:
+        return None
+    ops = Counter(c.op for p in members.values() if (c := classes.get(p["pid"])) is not None
+                  and c.name == "collective" and (c.op or "").startswith("ep_"))
+    if not ops:
+        return None
+    op = ops.most_common(1)[0][0]
+    res = GroupCompare(op)
+    for rank, p in sorted(members.items()):
+        c = classes.get(p["pid"])
+        if c is not None and c.name == "collective" and c.op == op:
+            res.waiting.append(rank)
+        else:
+            kind = "missing" if c is None else "mismatch" if c.name == "collective" else "straggler"
+            res.odd.append(OddRank(rank, p["pid"], kind, c))
+    return res if res.odd else None
 
 
 # ---- pipeline parallel -------------------------------------------------------------------------
@@ -187,8 +207,9 @@ def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
         by_dp = dp_ranks(procs)
         pids += [next(p["pid"] for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)]
         pids += [_dp_blame(ps, classes)["pid"] for ps in others.values()]
-    for members in (ep_group(procs), *ray_groups(procs).values()):
-        cmp = compare_group(members, classes) if len(members) > 1 else None
+    groups = [(ep_group(procs), ep_compare), *((m, compare_group) for m in ray_groups(procs).values())]
+    for members, compare in groups:
+        cmp = compare(members, classes) if len(members) > 1 else None
         if cmp is not None:
             pids += [o.pid for o in cmp.odd if o.pid is not None] + [members[cmp.waiting[0]]["pid"]]
     stages = pp_stages(procs)
