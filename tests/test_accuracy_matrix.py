@@ -136,7 +136,7 @@ def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, 
     shape, fault, tp, rank = case
     status, layer, who = SHAPE_CASES[case]
     with Deployment.up(tp=tp, fault=fault, rank=rank, shape=shape) as dep:
-        result = triage(pids=[dep.root_pid], budget_s=8)
+        result = triage(pids=[dep.root_pid], budget_s=8, confirm_s=CONFIRM_S)
         v = result.report.verdict
         snap_file = tmp_path / "snap.json"
         snap_file.write_text(json.dumps(result.report.snapshots[0].to_dict()))

@@ -334,3 +334,28 @@ def test_pp_stage_waiting_on_recv_names_the_stuck_upstream_stage() -> None:
     f = next(f for f in rep.findings if f.code == "gpu.pp_stage_stuck")
     assert f.pids == [21] and f.severity == "critical"
     assert rep.verdict.culprits[0].pid == 21  # the TP straggler of stage 0, not a waiting stage-1 rank
+
+
+def test_stacks_probe_dumps_ray_workers_outside_the_tree_of_the_pid_asked_for() -> None:
+    from vllmdiag.probes.stacks import select_targets
+
+    rows = [proc(10, 1, "api_server", "python3 /usr/bin/vllm serve m"), proc(11, 10, "engine_core", "VLLM::EngineCore"),
+            proc(21, 20, "worker", "ray::RayWorkerProc.run", executor="ray"),
+            proc(31, 30, "worker", "VLLM::Worker_TP0", {"tp": 0})]  # another deployment's worker
+    chosen = {p["pid"] for p in select_targets({"processes": rows, "self_pid": 0}, [10])}
+    assert chosen == {10, 11, 21}
+
+
+def test_an_odd_picture_while_tokens_flow_is_a_step_in_passing() -> None:
+    """On a starved CPU a healthy step can show TP1 in its forward twice while TP0 waits; tokens that
+    came out meanwhile say it moved (seen on the Ray sim at load 14)."""
+    def with_metrics(s: Snapshot, tokens: list[int]) -> Snapshot:
+        s.probes["http"] = ProbeResult("ok", 0.1, None, {"servers": [{"pids": [10], "metrics": [
+            {"status": 200, "running": 1, "waiting": 0, "generation_tokens": t} for t in tokens]}]})
+        return s
+
+    again = {21: ALL_REDUCE, 22: EXECUTING}
+    moving = analyze([with_metrics(ray_snapshot([ALL_REDUCE, EXECUTING], again=again), [34, 43])])
+    assert moving.verdict.status == "healthy", moving.verdict.summary
+    stuck = analyze([with_metrics(ray_snapshot([ALL_REDUCE, EXECUTING], again=again), [34, 34])])
+    assert (stuck.verdict.status, stuck.verdict.layer) == ("blocked", "gpu"), stuck.verdict.summary

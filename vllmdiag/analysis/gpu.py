@@ -47,15 +47,28 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     classes = classify_snapshot(snapshot)
     again = resampled_classes(snapshot)
     gpus = gpu_by_pid(snapshot.data("nvml"))
+    moving = moving_deployments(snapshot, deployments)
     out: list[Finding] = []
     for dep in deployments:
         out += _classes_summary(snapshot, dep, classes)
         for key, members in tp_groups(dep.processes).items():
             cmp = compare_group(members, classes, dep.configured.get("tp"))
-            if cmp is not None:
+            if cmp is not None and dep.id not in moving:
                 out += _odd_finding(snapshot, dep, key, members, cmp, classes, again, gpus)
         out += _nvml_signals(snapshot, dep, classes, gpus)
     return out + _hardware(snapshot) + _nccl_ras(snapshot)
+
+
+def moving_deployments(snapshot: Snapshot, deployments: list[Deployment]) -> set[str]:
+    """Deployments whose output counters moved while we looked: an odd picture held across
+    a 0.3 s resample there is a step in passing on a starved CPU, not a hang (seen on a 2-core host
+    at load 14: TP1 twice in its forward while TP0 waited, tokens 34 -> 43 meanwhile)."""
+    from vllmdiag.analysis.progress import COUNTERS, all_passes, deployment_progress
+
+    # Only output counters count: a ring or stack change may be the last step before the hang.
+    counters = tuple(k.replace("_", " ") for k in COUNTERS)
+    return {p.deployment_id for p in deployment_progress(all_passes(snapshot), deployments)
+            if any(m.startswith(counters) for m in p.moved_what)}
 
 
 # ---- rank groups -------------------------------------------------------------------------------

@@ -15,7 +15,16 @@ from typing import Any
 
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, role_of
-from vllmdiag.analysis.gpu import GroupCompare, OddRank, compare_group, fold, held, rank_name, resampled_classes
+from vllmdiag.analysis.gpu import (
+    GroupCompare,
+    OddRank,
+    compare_group,
+    fold,
+    held,
+    moving_deployments,
+    rank_name,
+    resampled_classes,
+)
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
 
@@ -28,8 +37,11 @@ LIVE = ("Z", "X")
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     classes = classify_snapshot(snapshot)
     again = resampled_classes(snapshot)
+    moving = moving_deployments(snapshot, deployments)
     out: list[Finding] = []
     for dep in deployments:
+        if dep.id in moving:
+            continue  # tokens came out while we looked: pictures in passing
         out += _dp(snapshot, dep, classes, again) + _ep(snapshot, dep, classes, again)
         out += _pp(snapshot, dep, classes, again)
     return out

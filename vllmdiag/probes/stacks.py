@@ -127,6 +127,9 @@ def select_targets(processes: dict[str, Any], pids: list[int] | None) -> list[di
     if not pids:
         return procs
     wanted = same_trees(processes.get("processes", []), set(pids))
+    # Ray actors live under the raylet, outside any vLLM tree: which engine they serve is decided
+    # in analysis (shared rings), so every Ray-titled worker on the node is dumped too.
+    wanted |= {p["pid"] for p in procs if p.get("executor") == "ray"}
     return [p for p in procs if p["pid"] in wanted]
 
 
@@ -140,7 +143,12 @@ def same_trees(rows: list[dict[str, Any]], pids: set[int]) -> set[int]:
         seen = set()
         while by_pid.get(pid, {}).get("ppid") in by_pid and pid not in seen:
             seen.add(pid)
-            pid = by_pid[pid]["ppid"]
+            parent = by_pid[by_pid[pid]["ppid"]]
+            # A described parent (a user's Python) holds only what it started in its own process
+            # group: a harness starting several engines in their own sessions is not one tree.
+            if parent.get("selected_as") == "parent" and parent.get("pgid") != by_pid[pid].get("pgid"):
+                break
+            pid = parent["pid"]
         return pid
 
     tops = {pid: top(pid) for pid in by_pid}
