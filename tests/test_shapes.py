@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from vllmdiag.analysis.deployments import find_deployments
 from vllmdiag.analysis.engine import analyze
 from vllmdiag.analysis.shapes import gpu_index_by_pid, parent_kind
 from vllmdiag.model import ProbeResult, Snapshot
@@ -140,9 +141,10 @@ def ray_snapshot(worker_stacks: list[list[dict[str, Any]]], flag: bool = True, s
 
 
 def test_ray_workers_under_a_raylet_join_their_engine_and_idle_is_healthy() -> None:
-    rep = analyze([ray_snapshot([IDLE, IDLE])])
+    s = ray_snapshot([IDLE, IDLE])
+    rep = analyze([s])
     assert rep.verdict.status == "healthy", rep.verdict.summary
-    dep = rep.deployments[0].deployment
+    dep = find_deployments(s)[0]
     assert dep.executor == "ray" and {21, 22} <= dep.pids
     assert dep.ray["ties"] == ["maps the engine's rpc ring (shared memory)"]
     assert [p["ranks"] for p in dep.workers] == [{"tp": 0}, {"tp": 1}]
@@ -157,7 +159,7 @@ def test_ray_straggler_is_named_and_confirmed_by_the_second_sample() -> None:
 
 
 def test_ray_workers_tied_without_shm_when_only_one_ray_engine() -> None:
-    dep = analyze([ray_snapshot([IDLE, IDLE], shm=False)]).deployments[0].deployment
+    dep = find_deployments(ray_snapshot([IDLE, IDLE], shm=False))[0]
     assert dep.ray["ties"] == ["the only Ray-backed vLLM engine on this node"] and {21, 22} <= dep.pids
 
 
@@ -180,16 +182,17 @@ def test_ray_compiled_dag_engine_wait_is_recognised() -> None:
 def test_ray_workers_with_no_engine_here_form_a_ray_node() -> None:
     workers = [proc(21 + i, 20, "worker", "ray::RayWorkerProc.run", executor="ray") for i in range(2)]
     raylet = proc(20, 1, "raylet", "/opt/ray/raylet", selected_as="parent")
-    rep = analyze([snap(workers, {21: IDLE, 22: IDLE}, parents=[raylet])])
+    s = snap(workers, {21: IDLE, 22: IDLE}, parents=[raylet])
+    rep = analyze([s])
     assert rep.verdict.status == "healthy", rep.verdict.summary
-    assert rep.deployments[0].deployment.kind == "ray_node" and rep.deployments[0].deployment.root_pid == 20
+    assert find_deployments(s)[0].kind == "ray_node" and rep.deployments[0].root_pid == 20
 
 
 def test_ray_ranks_follow_gpu_order_from_nvml() -> None:
     s = ray_snapshot([IDLE, IDLE])
     s.probes["nvml"] = ProbeResult("ok", 0.0, None, {"gpus": [{"index": 0, "processes": [{"pid": 22}]},
                                                               {"index": 1, "processes": [{"pid": 21}]}]})
-    dep = analyze([s]).deployments[0].deployment
+    dep = find_deployments(s)[0]
     assert {p["pid"]: p["ranks"]["tp"] for p in dep.workers} == {22: 0, 21: 1}
     assert dep.ray["rank_source"] == "nvml-gpu-order"
 
@@ -199,17 +202,19 @@ def test_offline_inprocess_workers_under_the_script_are_not_orphans() -> None:
     script = proc(10, 5, "llm_client", "python3 run.py", selected_as="parent", pgid=10,
                   environ={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     workers = [proc(11 + i, 10, "worker", f"VLLM::Worker_TP{i}", {"tp": i}) for i in range(2)]
-    rep = analyze([snap([script, *workers], {10: ENGINE_IDLE, 11: IDLE, 12: IDLE})])
+    s = snap([script, *workers], {10: ENGINE_IDLE, 11: IDLE, 12: IDLE})
+    rep = analyze([s])
     assert rep.verdict.status == "healthy", rep.verdict.summary
-    assert rep.deployments[0].deployment.kind == "offline_inprocess"
+    assert find_deployments(s)[0].kind == "offline_inprocess"
 
 
 def test_offline_script_with_engine_child_is_healthy_when_idle() -> None:
     script = proc(10, 5, "llm_client", "python3 run.py", selected_as="parent", pgid=10)
     engine = proc(11, 10, "engine_core", "VLLM::EngineCore")
-    rep = analyze([snap([script, engine], {11: ENGINE_IDLE})])
+    s = snap([script, engine], {11: ENGINE_IDLE})
+    rep = analyze([s])
     assert rep.verdict.status == "healthy", rep.verdict.summary
-    assert rep.deployments[0].deployment.kind == "offline"
+    assert find_deployments(s)[0].kind == "offline"
 
 
 def test_a_python_parent_claims_only_its_own_process_group() -> None:
@@ -217,7 +222,7 @@ def test_a_python_parent_claims_only_its_own_process_group() -> None:
     harness = proc(10, 5, "llm_client", "python3 harness.py", selected_as="parent", pgid=10)
     a, b = proc(11, 10, "engine_core", "VLLM::EngineCore", pgid=11), proc(12, 10, "engine_core", "VLLM::EngineCore", pgid=12)
     rep = analyze([snap([harness, a, b], {11: ENGINE_IDLE, 12: ENGINE_IDLE})])
-    assert sorted(d.deployment.root_pid for d in rep.deployments) == [11, 12]
+    assert sorted(d.root_pid for d in rep.deployments) == [11, 12]
 
 
 @pytest.mark.parametrize("adopter,pid,nspid", [("/sbin/init", 1, [1]), ("/bin/bash /entrypoint.sh", 700, [700, 1]),

@@ -31,6 +31,7 @@ from vllmdiag.model import Culprit, Finding, Snapshot
 LAYER = "gpu"
 CODES = ("gpu.dp_out_of_step", "gpu.ep_rank_odd", "gpu.pp_stage_stuck")
 SYNC = ("dp_sync", "engine_dp_sync")
+EP_OPS = ("moe_dispatch", "moe_combine")  # stack_rules.yaml ops of the MoE all2all
 LIVE = ("Z", "X")
 
 
@@ -153,7 +154,7 @@ def ep_compare(members: dict[int, dict[str, Any]], classes: dict[int, StackClass
     if len(members) < 2:
         return None
     ops = Counter(c.op for p in members.values() if (c := classes.get(p["pid"])) is not None
-                  and c.name == "collective" and (c.op or "").startswith("ep_"))
+                  and c.name == "collective" and c.op in EP_OPS)
     if not ops:
         return None
     op = ops.most_common(1)[0][0]
