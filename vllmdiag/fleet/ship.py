@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import io
-import os
 import zipfile
 from pathlib import Path
 
@@ -89,14 +88,10 @@ MAIN = (
 
 
 def local_py_spy() -> Path | None:
-    """The py-spy binary this machine runs (next to our Python first: a pyenv shim is not the binary)."""
-    import shutil
-    import sys
+    """The py-spy binary this machine runs: the stacks probe's locator (one place decides)."""
+    from vllmdiag.probes.stacks import find_py_spy
 
-    beside = Path(sys.executable).parent / "py-spy"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return beside
-    found = shutil.which("py-spy")
+    found = find_py_spy()
     return Path(found) if found else None
 
 

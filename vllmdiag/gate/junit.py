@@ -20,7 +20,10 @@ def to_junit(nodes: list[NodeGateResult], name: str = "vllmdiag gate") -> str:
     for node in nodes:
         suite = ET.SubElement(root, "testsuite", name=node.node, hostname=node.node, timestamp=stamp)
         counts = node.counts()
-        attrs = {"tests": len(node.checks), "failures": counts["fail"], "errors": 0, "skipped": counts["skip"],
+        # failures counts <failure> elements: required checks that failed. An advisory fail is output only,
+        # so a suite saying failures="1" under an exit 0 gate was a contradiction (issue 16).
+        blocking = sum(1 for c in node.checks if c.blocks)
+        attrs = {"tests": len(node.checks), "failures": blocking, "errors": 0, "skipped": counts["skip"],
                  "time": round(node.duration_s, 4)}
         for key, value in attrs.items():
             suite.set(key, str(value))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +104,13 @@ def cgroup_pids(ctx: Context) -> dict[str, Any] | None:
 
 
 def _pyspy(ctx: Context) -> dict[str, Any]:
-    path = shutil.which("py-spy")
+    # The stacks probe's own locator: the gate must judge the py-spy triage will run (next to our
+    # Python first, then PATH), or it says "not on PATH" while triage reads stacks (issue 16).
+    from vllmdiag.probes.stacks import find_py_spy
+
+    path = find_py_spy()
     if path is None:
-        return {"path": None, "version": None, "error": "not on PATH"}
+        return {"path": None, "version": None, "error": f"not on PATH nor next to {sys.executable}"}
     res = ctx.run([path, "--version"], timeout_s=2.0)
     ok = res.returncode == 0 and not res.timed_out
     return {"path": path, "version": res.stdout.strip().removeprefix("py-spy ") if ok else None,
