@@ -12,6 +12,8 @@ import errno
 import os
 from pathlib import Path
 
+from vllmdiag.probes._procfs import readlink_checked
+
 FIX = ("run as root (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH), or as the user the deployment runs as")
 _DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
 
@@ -45,10 +47,10 @@ def fd_targets(fd_dir: Path) -> list[str] | None | _Denied:
     out: list[str] = []
     denied = 0
     for name in names:
-        try:
-            out.append(os.readlink(fd_dir / name))
-        except OSError as exc:
-            denied += exc.errno in _DENIED_ERRNOS  # otherwise: the fd was closed meanwhile
+        target, no_access = readlink_checked(fd_dir / name)
+        if target is not None:
+            out.append(target)
+        denied += no_access  # otherwise: the fd was closed meanwhile
     if denied:
         return DENIED
     return out

@@ -6,6 +6,7 @@ skipped (returns None), never an error (the psutil way).
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -71,3 +72,34 @@ def parse_environ(raw: str, keep: tuple[str, ...]) -> dict[str, str]:
         if sep and key.startswith(keep):
             out[key] = value
     return redact_env(out)
+
+
+# --- readlink: one place owns /proc's link quirks (psutil's _pslinux.readlink does the same) ---
+DELETED_SUFFIX = " (deleted)"
+_DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
+
+
+def readlink(path: os.PathLike[str] | str) -> str | None:
+    """The link's target, or None when the pid/fd is gone or may not be read (use ``readlink_checked``
+    to tell those apart). The kernel may hand back a NUL and garbage after it (psutil #717): cut there.
+    A ``" (deleted)"`` suffix is kept: ``split_deleted`` says what it means for a file."""
+    try:
+        return os.readlink(path).split("\0", 1)[0]
+    except OSError:
+        return None
+
+
+def readlink_checked(path: os.PathLike[str] | str) -> tuple[str | None, bool]:
+    """(target, denied): (None, False) when the pid or fd is gone (normal /proc races), (None, True)
+    when we may not look (another user's process without CAP_SYS_PTRACE): a blind spot to report."""
+    try:
+        return os.readlink(path).split("\0", 1)[0], False
+    except OSError as exc:
+        return None, exc.errno in _DENIED_ERRNOS
+
+
+def split_deleted(target: str) -> tuple[str, bool]:
+    """(path, deleted) of a maps/fd target: the kernel appends " (deleted)" to an unlinked file's path."""
+    if target.endswith(DELETED_SUFFIX):
+        return target[: -len(DELETED_SUFFIX)], True
+    return target, False

@@ -14,6 +14,7 @@ from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes import _zmtp
 from vllmdiag.probes._access import blind_reason
 from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.probes.sockets import parse_unix
 
 SPEC = ProbeSpec(name="endpoints", layer="handshake", description="ZMQ ipc/tcp endpoints, stale ipc files, ZMTP check",
@@ -227,8 +228,3 @@ def _printable(path: str) -> str:
     return "@" + path[1:] if path.startswith("\0") else path
 
 
-def _readlink(path: os.PathLike[str]) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None

@@ -10,6 +10,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
 from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes._procfs import readlink as _readlink
 
 SPEC = ProbeSpec(name="host", layer="host", description="hostname, kernel, container hints, /dev/shm, limits",
                  timeout_s=2.0)
@@ -65,11 +66,6 @@ def _container_hints(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _readlink(path: os.PathLike[str]) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None
 
 
 def _int_or_none(text: str | None) -> int | None:

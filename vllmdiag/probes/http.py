@@ -13,6 +13,7 @@ from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes._access import blind_reason
 from vllmdiag.probes._procfs import read_cmdline, read_text, redact_argv
+from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.probes.endpoints import API_ROLES, http_port, scope
 from vllmdiag.probes.sockets import parse_tcp, socket_inodes
 
@@ -244,8 +245,3 @@ def _close_brace(line: str, start: int) -> int:
     return len(line)
 
 
-def _readlink(path: os.PathLike[str]) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None

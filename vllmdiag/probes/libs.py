@@ -15,7 +15,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
 from vllmdiag.probes._elf import ElfError, build_id_of
-from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes._procfs import read_text, split_deleted
 
 SPEC = ProbeSpec(name="libs", layer="host", description="libnccl path + ELF build-id per vLLM process, package versions",
                  requires=("processes",), timeout_s=3.0)
@@ -33,7 +33,7 @@ def mapped_files(maps_text: str) -> list[str]:
     for line in maps_text.splitlines():
         parts = line.split(None, 5)
         if len(parts) == 6 and parts[5].startswith("/"):
-            seen.setdefault(parts[5].removesuffix(" (deleted)"), None)
+            seen.setdefault(split_deleted(parts[5])[0], None)
     return list(seen)
 
 

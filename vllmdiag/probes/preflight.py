@@ -16,7 +16,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
-from vllmdiag.probes._procfs import list_pids, parse_environ, read_text
+from vllmdiag.probes._procfs import list_pids, parse_environ, read_text, readlink
 
 SPEC = ProbeSpec(name="preflight", layer="host", description="limits, py-spy, listening ports, env, rpc base dir",
                  default=False,  # gate-only: enabled by options["preflight"] (vllmdiag gate, sweep --gate)
@@ -68,10 +68,7 @@ def _owners(ctx: Context, rows: list[dict[str, Any]]) -> None:
         except OSError:
             continue
         for fd in fds:
-            try:
-                row = wanted.get(os.readlink(ctx.proc(pid, "fd", fd)))
-            except OSError:
-                continue
+            row = wanted.get(readlink(ctx.proc(pid, "fd", fd)) or "")
             if row is not None and pid not in row["pids"]:
                 row["pids"].append(pid)
                 row["comm"] = (read_text(ctx.proc(pid, "comm")) or "").strip()

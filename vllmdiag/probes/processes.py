@@ -17,6 +17,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
 from vllmdiag.probes._procfs import list_pids, parse_environ, parse_stat, read_cmdline, read_text, redact_argv
+from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.titles import parse_cmdline
 
 SPEC = ProbeSpec(
@@ -198,11 +199,6 @@ def _uid(status: str | None) -> int | None:
     return None
 
 
-def _readlink(path: Path) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None
 
 
 def _boot_time(proc_root: Path) -> float:

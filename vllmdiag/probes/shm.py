@@ -16,7 +16,8 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec
 from vllmdiag.probes._access import DENIED, _Denied, blind_reason, read_proc
-from vllmdiag.probes._procfs import list_pids
+from vllmdiag.probes._procfs import list_pids, split_deleted
+from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.probes.host import shm_usage
 
 SPEC = ProbeSpec(name="shm", layer="queue", description="/dev/shm segments, sizes, ages and mappers",
@@ -46,11 +47,10 @@ def parse_maps(text: str) -> list[dict[str, Any]]:
         m = _MAPS_LINE.match(line)
         if not m or "/dev/shm/" not in m.group(5):
             continue
-        path = m.group(5)
-        deleted = path.endswith(" (deleted)")
+        path, deleted = split_deleted(m.group(5))
         dev = os.makedev(int(m.group(2), 16), int(m.group(3), 16))
         key = (dev, int(m.group(4)))
-        seen.setdefault(key, {"dev": dev, "inode": key[1], "path": path.removesuffix(" (deleted)"),
+        seen.setdefault(key, {"dev": dev, "inode": key[1], "path": path,
                               "deleted": deleted, "perms": m.group(1)})
     return list(seen.values())
 
@@ -170,8 +170,3 @@ def _by_key(maps: dict[int, list[dict[str, Any]] | _Denied | None]) -> dict[tupl
     return found
 
 
-def _readlink(path: os.PathLike[str]) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None
