@@ -99,7 +99,7 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
     if probes is not None and "stacks" not in probes:
         return snap
     try:
-        from vllmdiag.analysis.gpu import resample_pids
+        from vllmdiag.analysis.second_look import resample_pids
 
         again = resample_pids(snap)
     except (ImportError, OSError, ValueError) as exc:  # rules missing or unreadable: say so, keep the pass

@@ -114,35 +114,6 @@ def compare_group(members: dict[int, dict[str, Any]], classes: dict[int, StackCl
     return res if res.odd and (len(res.waiting) > len(res.odd) or len(res.odd) == 1) else None
 
 
-def resample_pids(snapshot: Snapshot) -> list[int]:
-    """For the orchestrator's second stack look (vllmdiag/confirm.py): odd ranks plus one waiter per
-    group, and EngineCores busy while all their workers idle -- a hang if it holds, normal in passing."""
-    from vllmdiag.analysis.deployments import find_deployments
-
-    classes = classify_snapshot(snapshot)
-    wanted = set(snapshot.options.get("pids") or [])
-    return sorted({pid for dep in find_deployments(snapshot) if not wanted or dep.pids & wanted
-                   for pid in _resample_for(dep.processes, classes)})
-
-
-def _resample_for(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:
-    pids: list[int] = []
-    for members in tp_groups(procs).values():
-        cmp = compare_group(members, classes)
-        if cmp is not None:
-            pids += [o.pid for o in cmp.odd if o.pid is not None] + [members[cmp.waiting[0]]["pid"]]
-    from vllmdiag.analysis.gpu_lone import resample_pids as lone_pids
-
-    pids += lone_pids(procs, classes)
-    from vllmdiag.analysis.gpu_groups import resample_pids as group_pids  # DP/EP/PP, Ray workers
-
-    pids += group_pids(procs, classes)
-    workers = [classes.get(p["pid"]) for p in procs if role_of(p) == "worker"]
-    if workers and all(c is not None and c.name == "idle" for c in workers):
-        pids += [p["pid"] for p in procs if (c := classes.get(p["pid"])) is not None and c.name == "engine_busy"]
-    return sorted(set(pids))
-
-
 def fold(names: list[str]) -> str:
     """``TP[0-2,4-7]``: ClusterShell folding when installed (the node-side collector may lack it)."""
     try:
