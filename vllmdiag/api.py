@@ -7,13 +7,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllmdiag.context import Context
 from vllmdiag.errors import EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_NO_DEPLOYMENT, EXIT_PROBLEM
-from vllmdiag.model import NodeOutcome, Report, Snapshot, SnapshotError
-from vllmdiag.model.report import is_drawable, is_report
+from vllmdiag.model import Snapshot, SnapshotError
 from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
+
+if TYPE_CHECKING:  # the report classes load when a verdict is made, not for a collect
+    from vllmdiag.model import NodeOutcome, Report
 
 EXIT_CODES = {"healthy": EXIT_HEALTHY, "blocked": EXIT_PROBLEM, "degraded": EXIT_PROBLEM, "no-deployment": EXIT_NO_DEPLOYMENT,
               "inconclusive": EXIT_INCONCLUSIVE}
@@ -126,6 +128,8 @@ def suspected_roots(report: Report) -> dict[int, str]:
 def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageResult:
     """The verdict from saved files. One report file (a ``--json`` output) is drawn again as it was
     written; snapshots, directories, several files or ``--pid`` are analysed (again)."""
+    from vllmdiag.model.report import Report, is_drawable, is_report
+
     snaps: list[Snapshot] = []
     if len(paths) == 1 and not paths[0].is_dir():
         raw = read_json(paths[0])
@@ -162,6 +166,7 @@ def analyze_saved(paths: list[Path], snaps: list[Snapshot], pids: list[int] | No
 
 def _read_nodes(path: Path) -> list[NodeOutcome]:
     from vllmdiag.infile import InputError, read_input
+    from vllmdiag.model import NodeOutcome
 
     try:
         raw = json.loads(read_input(path, "node list", 64 << 20))
