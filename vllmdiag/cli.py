@@ -142,6 +142,7 @@ def triage_command(
     nonblocking: Annotated[bool, _opt("--nonblocking", help="py-spy --nonblocking (never pauses a target)")] = False,
     nccl_ras: Annotated[bool, _opt("--nccl-ras", help="ask NCCL's RAS service once (NCCL >= 2.24)")] = False,
     probe_request: Annotated[bool, _opt("--probe-request", help="send one 1-token completion to the API")] = False,
+    enable: Annotated[list[str] | None, _opt("--enable", help="turn on an opt-in probe by name (repeatable)")] = None,
     watch: Annotated[float, _opt("--watch", help="observe this many seconds and report rates")] = 0.0,
     confirm: Annotated[float, _opt("--confirm", help="when work is in flight and nothing moved, keep watching up "
                                    "to this many seconds before calling it a hang (0 = off)")] = 10.0,
@@ -159,8 +160,10 @@ def triage_command(
     if native and nonblocking:
         raise BadInput("--native cannot be combined with --nonblocking (py-spy refuses it)")
     _check_report_name(report)
+    from vllmdiag.registry import opt_in
+
     options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": nccl_ras,
-                               "probe_request": probe_request}
+                               "probe_request": probe_request, **opt_in(enable or [])}
     if watch:
         options["watch_s"] = watch
     from vllmdiag.cli_progress import WatchBar

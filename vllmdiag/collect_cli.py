@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nonblocking", action="store_true", help="py-spy --nonblocking (never pauses targets)")
     p.add_argument("--nccl-ras", action="store_true", help="query NCCL's RAS service once")
     p.add_argument("--preflight", action="store_true", help="also collect the gate's preflight facts")
+    p.add_argument("--enable", action="append", default=[], metavar="PROBE",
+                   help="turn on an opt-in probe by name (repeatable; e.g. nccl_ras, preflight)")
     p.add_argument("--node", help="node name to record (default: hostname)")
     p.add_argument("--version", action="version", version=__version__)
     return p
@@ -43,6 +45,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
         return EXIT_USAGE
     from vllmdiag.api import collect_node as collect
+    from vllmdiag.registry import opt_in
+
     options = {"native": args.native, "nonblocking": args.nonblocking, "nccl_ras": args.nccl_ras,
                "preflight": args.preflight}
     if args.pids:
@@ -50,6 +54,7 @@ def main(argv: list[str]) -> int:
     if args.node:
         options["node"] = args.node
     try:
+        options.update(opt_in(args.enable))
         snap = collect(probes=args.probes, options=options, budget_s=args.budget)
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {exc}\n")

@@ -75,3 +75,16 @@ def select(probes: dict[str, Probe], wanted: list[str] | None, enabled: set[str]
                 names.add(dep)
                 todo.append(dep)
     return {n: probes[n] for n in sorted(names)}
+
+
+def opt_in(names: list[str] | tuple[str, ...]) -> dict[str, bool]:
+    """``--enable NAME``: the options that turn these opt-in probes on. A probe declares that it is
+    opt-in once, in its SPEC (``default=False``); triage, collect and sweep all take its name."""
+    if not names:
+        return {}
+    probes = discover()
+    optional = sorted(n for n, p in probes.items() if not p.spec.default)
+    bad = [n for n in names if n not in optional]
+    if bad:
+        raise RegistryError(f"--enable {bad[0]!r}: not an opt-in probe; opt-in probes: {', '.join(optional)}")
+    return dict.fromkeys(names, True)

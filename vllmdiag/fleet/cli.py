@@ -36,6 +36,7 @@ def sweep_command(
     topology: Annotated[Path | None, _opt("--topology", help="ClusterShell topology.conf: sweep through its gateways")] = None,
     strict: Annotated[str | None, _opt("--strict-host-key-checking", help="yes | no | accept-new")] = None,
     probe: Annotated[list[str] | None, _opt("--probe", help="run only these probes on the nodes")] = None,
+    enable: Annotated[list[str] | None, _opt("--enable", help="turn on an opt-in probe on the nodes (repeatable)")] = None,
     confirm: Annotated[bool, _opt("--confirm/--no-confirm", help="resample a cross-node odd rank once")] = True,
     json_out: Annotated[bool, _opt("--json", help="print the fleet JSON contract")] = False,
     save: Annotated[Path | None, _opt("--save", help="write one snapshot JSON per node into this directory")] = None,
@@ -56,6 +57,7 @@ def sweep_command(
     from vllmdiag.fleet.transport import Transport
     from vllmdiag.fleet.tree import TreeSpec
     from vllmdiag.fleet.tree import check as check_tree
+    from vllmdiag.registry import opt_in
 
     if verbose:
         from vllmdiag.render import text
@@ -77,7 +79,7 @@ def sweep_command(
     resolved_s = time.monotonic() - resolving
     transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
                           ship_python=ship_python, connect_timeout_s=connect_timeout, strict_host_key_checking=strict,
-                          probes=tuple(probe or ()))
+                          probes=tuple(probe or ()), enable=tuple(opt_in(enable or [])))
     tree = TreeSpec(tuple(gateway or ()), str(topology) if topology else None) if gateway or topology else None
     plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=timeout, fanout=fanout,
                      sweep_timeout_s=sweep_timeout, tree=tree, started=started,

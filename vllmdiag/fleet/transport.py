@@ -27,9 +27,10 @@ class Transport:
     strict_host_key_checking: str | None = None
     ssh_path: str = "ssh"
     probes: tuple[str, ...] = ()  # passed on as `collect --probe NAME`
+    enable: tuple[str, ...] = ()  # opt-in probes, passed on as `collect --enable NAME`
 
     def __post_init__(self) -> None:
-        bad = [p for p in self.probes if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", p)]
+        bad = [p for p in (*self.probes, *self.enable) if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", p)]
         if bad:
             raise BadInput(f"invalid probe name {bad[0]!r}")
         if self.exec_template is not None:
@@ -52,6 +53,8 @@ def remote_argv(transport: Transport, node: str, budget_s: float, conn: NodeConn
     args = ["--json", "--node", node, "--budget", f"{budget_s:.1f}"]
     for probe in transport.probes:
         args += ["--probe", probe]
+    for probe in transport.enable:
+        args += ["--enable", probe]
     if transport.ship:
         # The command line's choice wins over the inventory's; "" lets the snippet pick a trusted one.
         python = transport.ship_python or (conn.ship_python if conn else None) or ""

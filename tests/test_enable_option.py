@@ -1,0 +1,47 @@
+"""One declaration per opt-in probe: its SPEC (default=False) is the flag; `--enable NAME` turns it on
+in triage, collect and sweep alike (issue 16)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllmdiag.errors import BadInput
+from vllmdiag.fleet.transport import Transport, remote_argv
+from vllmdiag.registry import discover, opt_in
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vllmdiag", *args], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+
+
+def test_every_opt_in_probe_can_be_enabled_by_name() -> None:
+    optional = [n for n, p in discover().items() if not p.spec.default]
+    assert "preflight" in optional
+    assert opt_in(optional) == dict.fromkeys(optional, True)
+    with pytest.raises(BadInput, match="not an opt-in probe"):
+        opt_in(["host"])  # on by default: nothing to enable
+    with pytest.raises(BadInput):
+        opt_in(["nope"])
+
+
+def test_collect_and_triage_take_enable() -> None:
+    out = _run("collect", "--enable", "preflight", "--budget", "4")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["probes"]["preflight"]["status"] in ("ok", "partial")
+    bad = _run("triage", "--json", "--enable", "nope")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "opt-in probes:" in bad.stderr
+
+
+def test_sweep_passes_enable_to_the_nodes() -> None:
+    argv = remote_argv(Transport(enable=("nccl_ras",)), "gpu01", 10.0)
+    assert argv[argv.index("--enable") + 1] == "nccl_ras"
+    with pytest.raises(BadInput):
+        Transport(enable=("x; rm -rf /",))
