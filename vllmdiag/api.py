@@ -74,17 +74,51 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     quick_ctx = confirm.fresh_context(ctx)
     snap = collect_node(probes=probes, options=opts, budget_s=budget_s, ctx=ctx)
     report = analyze([snap], wanted)
-    roots = suspected_roots(report)
-    if confirm_s > 0 and roots and (probes is None or "stacks" in probes or "rings" in probes or "http" in probes):
-        from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
-
-        def still(s: Snapshot) -> bool:
-            return any(is_stalled(p) for p in deployment_progress(all_passes(s))
-                       if p.deployment_id in roots.values())
-
-        confirm.watch(snap, sorted(roots), confirm_s, still, collect, opts, quick_ctx, on_confirm, started, probes)
+    if watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=opts,
+                        ctx=quick_ctx, on_confirm=on_confirm):
         report = analyze([snap], wanted)
     return TriageResult(report)
+
+
+def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, started: float,
+                     probes: list[str] | None = None, options: dict[str, Any] | None = None,
+                     ctx: Context | None = None, on_confirm: Callable[[float, float], None] | None = None) -> bool:
+    """The confirm window (triage's, and ``collect --confirm`` on a swept node): only when ``report``
+    says work is in flight and nothing moved; follow-up passes go into ``snap.passes``. True if it opened."""
+    from vllmdiag import confirm
+
+    roots = suspected_roots(report)
+    if not (confirm_s > 0 and roots and (probes is None or "stacks" in probes or "rings" in probes or "http" in probes)):
+        return False
+    from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
+
+    def still(s: Snapshot) -> bool:
+        return any(is_stalled(p) for p in deployment_progress(all_passes(s)) if p.deployment_id in roots.values())
+
+    confirm.watch(snap, sorted(roots), confirm_s, still, collect, dict(options or {}), ctx, on_confirm, started, probes)
+    return True
+
+
+def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
+                      budget_s: float = DEFAULT_BUDGET_S, confirm_s: float = 0.0) -> Snapshot:
+    """``vllmdiag collect [--confirm S]``: the node's snapshot, with triage's confirm window when its
+    quick pass sees work in flight and nothing moving (a sweep's nodes watch in parallel, each on its
+    own). A healthy node pays one analysis of its own snapshot; a node without the rules (a --ship
+    bundle lacking PyYAML) keeps the quick pass and says why."""
+    started = time.monotonic()  # as in triage: the window counts from the start, the quick pass included
+    snap = collect_node(probes=probes, options=options, budget_s=budget_s)
+    if confirm_s <= 0:
+        return snap
+    try:
+        from vllmdiag.analysis.engine import analyze
+
+        pids = (options or {}).get("pids")
+        report = analyze([snap], set(pids) if pids else None)
+    except (ImportError, OSError, ValueError) as exc:
+        snap.options["confirm"] = f"skipped: {type(exc).__name__}: {exc}"
+        return snap
+    watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=options)
+    return snap
 
 
 def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,

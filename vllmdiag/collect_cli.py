@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preflight", action="store_true", help="also collect the gate's preflight facts")
     p.add_argument("--enable", action="append", default=[], metavar="PROBE",
                    help="turn on an opt-in probe by name (repeatable; e.g. nccl_ras, preflight)")
+    p.add_argument("--confirm", type=float, default=0.0, metavar="S",
+                   help="when work is in flight and nothing moved, keep watching up to S seconds (as triage; 0 = off)")
     p.add_argument("--node", help="node name to record (default: hostname)")
     p.add_argument("--version", action="version", version=__version__)
     return p
@@ -44,7 +46,10 @@ def main(argv: list[str]) -> int:
     if not 0.2 <= args.budget <= 600:
         sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
         return EXIT_USAGE
-    from vllmdiag.api import collect_node as collect
+    if not 0 <= args.confirm <= 600:
+        sys.stderr.write("vllmdiag collect: --confirm must be between 0 and 600 seconds\n")
+        return EXIT_USAGE
+    from vllmdiag.api import collect_confirmed as collect
     from vllmdiag.registry import opt_in
 
     options = {"native": args.native, "nonblocking": args.nonblocking, "nccl_ras": args.nccl_ras,
@@ -55,7 +60,7 @@ def main(argv: list[str]) -> int:
         options["node"] = args.node
     try:
         options.update(opt_in(args.enable))
-        snap = collect(probes=args.probes, options=options, budget_s=args.budget)
+        snap = collect(probes=args.probes, options=options, budget_s=args.budget, confirm_s=args.confirm)
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {exc}\n")
         return exc.exit_code

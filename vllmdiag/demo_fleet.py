@@ -134,7 +134,9 @@ def _sweep(console: Any, names: list[str], template: str) -> Any:
     folded = str(NodeSet.fromlist(names))
     say(console, f"sweeping, as `vllmdiag sweep '{folded}' --exec '{template}' --remote-cmd '{remote}'` would "
                  "(ClusterShell exec worker; on a real fleet: ssh, or --exec 'kubectl exec %h --') ...")
-    transport = Transport(exec_template=template, remote_cmd=remote)
+    from vllmdiag.api import DEFAULT_CONFIRM_S
+
+    transport = Transport(exec_template=template, remote_cmd=remote, confirm_s=DEFAULT_CONFIRM_S)
     plan = SweepPlan(nodes=names, transport=transport, timeout_s=25.0)
     return _with_progress(plan, lambda p, progress: sweep(p, progress))
 

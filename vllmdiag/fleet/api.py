@@ -34,7 +34,7 @@ def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = Tru
     todo = [n for n in nodes_to_confirm(report) if n in snaps] if confirm else []
     if todo and left >= MIN_CONFIRM_S:
         again_start = time.monotonic()
-        second = run_sweep(replace(plan, nodes=todo, transport=replace(plan.transport, probes=CONFIRM_PROBES),
+        second = run_sweep(replace(plan, nodes=todo, transport=replace(plan.transport, probes=CONFIRM_PROBES, confirm_s=0.0),
                                    sweep_timeout_s=left, started=again_start))
         after = time.monotonic() - again_start
         for o in second:

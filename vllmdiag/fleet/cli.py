@@ -12,6 +12,8 @@ from vllmdiag.cli_common import arg as _arg
 from vllmdiag.cli_common import opt as _opt
 from vllmdiag.errors import BadInput
 
+DEFAULT_CONFIRM_S = 10.0  # triage's (vllmdiag.api.DEFAULT_CONFIRM_S; not imported: this module loads for --help)
+
 
 def register(app: Any) -> None:
     app.command("sweep")(sweep_command)
@@ -37,7 +39,10 @@ def sweep_command(
     strict: Annotated[str | None, _opt("--strict-host-key-checking", help="yes | no | accept-new")] = None,
     probe: Annotated[list[str] | None, _opt("--probe", help="run only these probes on the nodes")] = None,
     enable: Annotated[list[str] | None, _opt("--enable", help="turn on an opt-in probe on the nodes (repeatable)")] = None,
-    confirm: Annotated[bool, _opt("--confirm/--no-confirm", help="resample a cross-node odd rank once")] = True,
+    confirm: Annotated[float, _opt("--confirm", help="a node that sees work in flight and nothing moving watches up to "
+                                   "this many seconds (nodes in parallel; the sweep's deadline grows by it unless "
+                                   "--sweep-timeout is given); 0 = off, also the cross-node resample")] = DEFAULT_CONFIRM_S,
+    no_confirm: Annotated[bool, _opt("--no-confirm", help="same as --confirm 0")] = False,
     json_out: Annotated[bool, _opt("--json", help="print the fleet JSON contract")] = False,
     save: Annotated[Path | None, _opt("--save", help="write one snapshot JSON per node into this directory")] = None,
     report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
@@ -53,7 +58,7 @@ def sweep_command(
     from vllmdiag.fleet.api import sweep
     from vllmdiag.fleet.inventory import load_inventory
     from vllmdiag.fleet.nodes import resolve_nodes
-    from vllmdiag.fleet.sweep import SweepPlan
+    from vllmdiag.fleet.sweep import SweepPlan, fit_confirm
     from vllmdiag.fleet.transport import Transport
     from vllmdiag.fleet.tree import TreeSpec
     from vllmdiag.fleet.tree import check as check_tree
@@ -70,6 +75,9 @@ def sweep_command(
         raise BadInput("--sweep-timeout must be between 0.5 and 86400 seconds")
     if not 1 <= fanout <= 4096:
         raise BadInput("--fanout must be between 1 and 4096")
+    if not 0 <= confirm <= 600:
+        raise BadInput("--confirm must be between 0 and 600 seconds")
+    confirm = 0.0 if no_confirm else confirm
     if ship_python is not None and not ship:
         raise BadInput("--ship-python needs --ship")
     resolving = time.monotonic()
@@ -79,7 +87,8 @@ def sweep_command(
     resolved_s = time.monotonic() - resolving
     transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
                           ship_python=ship_python, connect_timeout_s=connect_timeout, strict_host_key_checking=strict,
-                          probes=tuple(probe or ()), enable=tuple(opt_in(enable or [])))
+                          probes=tuple(probe or ()), enable=tuple(opt_in(enable or [])),
+                          confirm_s=fit_confirm(confirm, timeout, sweep_timeout))
     tree = TreeSpec(tuple(gateway or ()), str(topology) if topology else None) if gateway or topology else None
     plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=timeout, fanout=fanout,
                      sweep_timeout_s=sweep_timeout, tree=tree, started=started,
@@ -90,9 +99,9 @@ def sweep_command(
     if junit is not None or gate_config is not None or tp is not None:
         raise BadInput("--junit, --gate-config and --tp need --gate")
     if json_out:
-        result = sweep(plan, confirm=confirm)
+        result = sweep(plan, confirm=confirm > 0)
     else:
-        result = _with_progress(plan, lambda p, progress: sweep(p, progress, confirm))
+        result = _with_progress(plan, lambda p, progress: sweep(p, progress, confirm > 0))
     from vllmdiag.cli_common import emit
 
     rc = emit(result, json_out, report)  # the verdict first: a --save that cannot be written is exit 2 after it

@@ -30,7 +30,8 @@ def sweep_gate(plan: SweepPlan, config: Path | None, tp: int | None = None,
     from vllmdiag.gate.fleet import gate_fleet
 
     cfg = load_config(config).with_tp(tp)
-    outcomes = run_sweep(replace(plan, transport=replace(plan.transport, probes=gate_probes())), progress)
+    # No confirm window: the gate checks a node before rollout, it does not judge a hang.
+    outcomes = run_sweep(replace(plan, transport=replace(plan.transport, probes=gate_probes(), confirm_s=0.0)), progress)
     snaps = {o.name: o.snapshot for o in outcomes if o.snapshot is not None}
     missing = {o.name: f"{o.status}: {o.reason}" for o in outcomes if o.snapshot is None}
     return gate_fleet(snaps, cfg, missing), outcomes

@@ -47,11 +47,16 @@ class SweepPlan:
         return max(0.5, min(8.0, self.timeout_s - self.transport.connect_timeout_s - 1.0))
 
     @property
+    def node_timeout_s(self) -> float:
+        """Per node: connect + collect, plus the confirm window a suspicious node may spend watching."""
+        return self.timeout_s + self.transport.confirm_s
+
+    @property
     def deadline_s(self) -> float:
         if self.sweep_timeout_s is not None:
             return self.sweep_timeout_s
         waves = max(1, math.ceil(len(self.nodes) / max(1, self.fanout)))
-        return waves * self.timeout_s + 2.0
+        return waves * self.node_timeout_s + 2.0
 
     def left_s(self) -> float:
         """Time left for collecting: the deadline less what is spent and what the verdict will take.
@@ -61,6 +66,16 @@ class SweepPlan:
         spent = time.monotonic() - self.started
         reserve = min(0.75 * self.deadline_s, max(0.05 + 40e-6 * len(self.nodes), 4.0 * self.setup_s))
         return self.deadline_s - spent - reserve
+
+
+def fit_confirm(confirm_s: float, timeout_s: float, sweep_timeout_s: float | None) -> float:
+    """The confirm window the nodes get. Without --sweep-timeout the sweep's deadline grows by it; an
+    explicit --sweep-timeout stays a hard promise, so the window shrinks to what fits in it after one
+    node's own timeout (0: no room, the nodes answer from their quick pass as before)."""
+    if sweep_timeout_s is None or confirm_s <= 0:
+        return confirm_s
+    room = sweep_timeout_s - timeout_s - 1.0
+    return round(min(confirm_s, room), 1) if room >= 1.0 else 0.0
 
 
 class _Handler(EventHandler):
@@ -102,7 +117,7 @@ class _Handler(EventHandler):
             return
         duration = time.monotonic() - self.started.get(node, time.monotonic())
         outcome = classify(node, rc=rc, timed_out=timed_out, stdout=self.out.pop(node, []),
-                           stderr=self.err.pop(node, []), duration_s=duration, plan_timeout_s=self.plan.timeout_s,
+                           stderr=self.err.pop(node, []), duration_s=duration, plan_timeout_s=self.plan.node_timeout_s,
                            transport=self.plan.transport.kind, too_large=self.size.get(node, 0) > MAX_OUTPUT_BYTES,
                            reason=reason)
         self.done[node] = outcome
@@ -125,7 +140,7 @@ class _Feeder:
             if node is None:
                 return
             argv = node_argv(self.plan.transport, node, self.plan.inventory, self.plan.budget_s)
-            worker = argv_worker({node: argv}, self, self.plan.timeout_s)
+            worker = argv_worker({node: argv}, self, self.plan.node_timeout_s)
             self.task.schedule(worker)
             if self.payload is not None:
                 worker.write(self.payload)

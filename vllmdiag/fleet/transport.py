@@ -28,8 +28,13 @@ class Transport:
     ssh_path: str = "ssh"
     probes: tuple[str, ...] = ()  # passed on as `collect --probe NAME`
     enable: tuple[str, ...] = ()  # opt-in probes, passed on as `collect --enable NAME`
+    # `collect --confirm S`: a node whose quick pass sees work in flight and nothing moving watches up to
+    # S seconds itself (triage's confirm window), so suspicious nodes watch in parallel; 0 = off.
+    confirm_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.confirm_s <= 600:
+            raise BadInput("--confirm must be between 0 and 600 seconds")
         bad = [p for p in (*self.probes, *self.enable) if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", p)]
         if bad:
             raise BadInput(f"invalid probe name {bad[0]!r}")
@@ -55,6 +60,8 @@ def remote_argv(transport: Transport, node: str, budget_s: float, conn: NodeConn
         args += ["--probe", probe]
     for probe in transport.enable:
         args += ["--enable", probe]
+    if transport.confirm_s > 0:  # only then: a node with an older collect still answers a --confirm 0 sweep
+        args += ["--confirm", f"{transport.confirm_s:.1f}"]
     if transport.ship:
         # The command line's choice wins over the inventory's; "" lets the snippet pick a trusted one.
         python = transport.ship_python or (conn.ship_python if conn else None) or ""

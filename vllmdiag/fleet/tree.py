@@ -99,7 +99,7 @@ def schedule(task: Any, plan: SweepPlan, handler: Any) -> Any:
     tree, root = topology(plan.tree, plan.nodes)
     task.topology = tree  # what the root sends each gateway (its ConfigurationMessage)
     command = shlex.join(remote_argv(plan.transport, "%h", plan.budget_s, conn))
-    worker = _tree_worker_class()(NodeSet.fromlist(plan.nodes), handler, plan.timeout_s, command=command,
+    worker = _tree_worker_class()(NodeSet.fromlist(plan.nodes), handler, plan.node_timeout_s, command=command,
                                   topology=tree, newroot=root, stderr=True)
     task.schedule(worker)
     return worker

@@ -1,0 +1,118 @@
+"""`sweep --confirm S`: a node whose quick pass sees work in flight and nothing moving watches on the
+node itself (triage's confirm window, `collect --confirm S`), so a uniform hang in a fleet is a block,
+not a "suspected" stall. Nodes are simulated deployments in their own PID+mount namespaces, reached
+through ClusterShell's exec worker with nsenter (as `vllmdiag demo --fleet` does)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.fleet.sweep import SweepPlan, fit_confirm
+from vllmdiag.fleet.transport import Transport, remote_argv
+
+from fleet_fixtures import ns_init_pid, skip_reason
+
+sim = pytest.importorskip("vllmdiag_sim.deployment")
+NODES = [pytest.mark.root, pytest.mark.slow]  # the sim-node tests (the first one is neither)
+CONFIRM = "4"  # > HELD_S (3 s): a stall held that long is a block
+
+
+def test_window_goes_to_the_nodes_and_stretches_only_a_default_deadline() -> None:
+    assert "--confirm" not in remote_argv(Transport(), "n1", 8.0)  # 0: an older collect still answers
+    assert remote_argv(Transport(confirm_s=10), "n1", 8.0)[-2:] == ["--confirm", "10.0"]
+    plan = SweepPlan(nodes=["n1", "n2"], transport=Transport(confirm_s=10), timeout_s=20)
+    assert (plan.node_timeout_s, plan.deadline_s) == (30, 32)
+    assert fit_confirm(10, 20, None) == 10  # no --sweep-timeout: the deadline grows instead
+    assert fit_confirm(10, 20, 25) == 4.0 and fit_confirm(10, 20, 21) == 0.0  # a given deadline is kept
+    with pytest.raises(Exception, match="--confirm"):
+        Transport(confirm_s=-1)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    if skip_reason() is not None:
+        pytest.skip(skip_reason() or "")
+    from vllmdiag.demo import inject
+
+    tmp = tmp_path_factory.mktemp("confirm-fleet")
+    deps: dict[str, Any] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(sim.STATE_ENV, str(tmp / "sim"))
+        try:
+            for name in ("gpu00", "gpu01"):
+                deps[name] = sim.Deployment.up(tp=2, namespace=True)
+            inject(deps["gpu01"], "uniform-collective", None)
+            for name, dep in deps.items():
+                (tmp / name).symlink_to(f"/proc/{ns_init_pid(dep.launcher_pid)}")
+            yield {"tmp": tmp, "exec": f"nsenter --pid={tmp}/%h/ns/pid --mount={tmp}/%h/ns/mnt --"}
+        finally:
+            for dep in deps.values():
+                dep.down()
+
+
+def sweep(fl: dict[str, Any], *args: str) -> tuple[int, dict[str, Any], float]:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "vllmdiag", "sweep", "gpu00,gpu01", "--exec", fl["exec"],
+                           "--remote-cmd", f"{sys.executable} -m vllmdiag", "--json", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout), time.monotonic() - start
+
+
+def blocked_on_gpu01(rc: int, out: dict[str, Any]) -> None:
+    v = out["verdict"]
+    assert [n["status"] for n in out["nodes"]] == ["ok", "ok"], out["nodes"]
+    assert (rc, v["status"], v["layer"]) == (1, "blocked", "gpu"), v["summary"]
+    assert {c["node"] for c in v["culprits"]} == {"gpu01"}, v["culprits"]
+    assert "TP[0-1]" in v["culprits"][0]["title"], v["culprits"]  # the whole group, folded
+    assert any(f["code"] == "gpu.uniform_hang" and f["node"] == "gpu01" for f in out["findings"])
+    assert not [f for f in out["findings"] if f["node"] == "gpu00" and f["severity"] == "critical"]
+
+
+@NODES[0]
+@NODES[1]
+def test_uniform_hang_on_one_node_is_blocked_and_analyze_agrees(fleet: dict[str, Any], tmp_path: Path) -> None:
+    rc, out, _ = sweep(fleet, "--confirm", CONFIRM, "--save", str(tmp_path / "saved"))
+    blocked_on_gpu01(rc, out)
+    snaps = {s["node"]: s for s in out["snapshots"]}
+    assert snaps["gpu01"]["options"]["confirm"]["watched_s"] >= 3 and snaps["gpu01"].get("passes")
+    assert "confirm" not in snaps["gpu00"]["options"] and not snaps["gpu00"].get("passes")  # healthy: no window
+    proc = subprocess.run([sys.executable, "-m", "vllmdiag", "analyze", str(tmp_path / "saved"), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    again = json.loads(proc.stdout)
+    assert proc.returncode == rc
+    assert {k: again["verdict"][k] for k in ("status", "layer")} == {k: out["verdict"][k] for k in ("status", "layer")}
+    assert [c["node"] for c in again["verdict"]["culprits"]] == [c["node"] for c in out["verdict"]["culprits"]]
+
+
+@NODES[0]
+@NODES[1]
+def test_without_the_window_it_stays_a_suspicion(fleet: dict[str, Any]) -> None:
+    rc, out, _ = sweep(fleet, "--confirm", "0")
+    assert out["verdict"]["status"] != "blocked", out["verdict"]["summary"]  # what the window adds above
+    assert not any(s.get("passes") for s in out["snapshots"])
+
+
+@NODES[0]
+@NODES[1]
+def test_ship_bundle_watches_too(fleet: dict[str, Any]) -> None:
+    rc, out, _ = sweep(fleet, "--ship", "--no-ship-py-spy", "--confirm", CONFIRM)
+    blocked_on_gpu01(rc, out)
+
+
+@NODES[0]
+@NODES[1]
+def test_a_given_sweep_timeout_stays_hard(fleet: dict[str, Any]) -> None:
+    rc, out, wall = sweep(fleet, "--confirm", "30", "--timeout", "10", "--sweep-timeout", "16")
+    assert wall < 16 + 3, wall  # the window was cut to fit (16 - 10 - 1 = 5 s), not the deadline stretched
+    blocked_on_gpu01(rc, out)
+    sick = next(s for s in out["snapshots"] if s["node"] == "gpu01")
+    assert sick["options"]["confirm"]["requested_s"] == 5.0
