@@ -20,6 +20,7 @@ STATUS_OF_FAILED = "inconclusive"
 # What malformed data from an untrusted node raises in analysis (RecursionError: absurd nesting).
 MALFORMED = (SnapshotError, KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError)
 HEADLESS_FALSE_CODES = ("handshake.engine_endpoint_gone", "handshake.http_not_listening")
+UNIFORM_CODES = ("gpu.uniform_hang",)  # true of one node's share only if no rank is odd across the nodes
 
 
 @dataclass
@@ -127,7 +128,14 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
             node = nodes[m.node]
             node.findings = [f for f in node.findings if not _defeated(f, m)]
             touched.add(m.node)
-        for f in rank_groups.check(group, failed) + compare_across_nodes(group, snaps):
+        cross = rank_groups.check(group, failed) + compare_across_nodes(group, snaps)
+        if any(f.severity != "info" for f in cross):
+            # A node's share held the same way (its confirm window's "uniform hang") is the peers waiting
+            # for the rank that is odd across nodes: that rank is the culprit, not the waiting share.
+            for m in group.members:
+                nodes[m.node].findings = [f for f in nodes[m.node].findings
+                                          if not (f.deployment == m.deployment.id and f.code in UNIFORM_CODES)]
+        for f in cross:
             if not _already_named(f, nodes):
                 nodes[f.node].findings.append(f)
     for name in touched:
