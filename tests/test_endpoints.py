@@ -147,3 +147,25 @@ def test_workers_tcp_listeners_are_never_dialed(tmp_path: Path) -> None:
             pass
     finally:
         s.close()
+
+
+def test_a_silent_tcp_listener_of_a_process_whose_zmq_answered_is_not_looked_at_twice(
+        zctx: zmq.Context, tmp_path: Path) -> None:
+    """An EngineCore shares a TCPStore/gloo listener with its workers: it never greets. When the same
+    process's libzmq greeted promptly on another socket, the silence is not load, and a second, longer
+    look would hold every healthy triage for it (issue 16 speed; issue 15 item 15 keeps the second look
+    for processes that did not answer at all)."""
+    router = zctx.socket(zmq.ROUTER)
+    router.bind(f"ipc://{tmp_path / str(uuid.uuid4())}")
+    silent = socket.socket()
+    silent.bind(("127.0.0.5", 0))
+    silent.listen(4)
+    try:
+        data = _collect(tmp_path, [_proc(os.getpid(), "engine_core")])
+        port = silent.getsockname()[1]
+        z = {r["endpoint"]: r for r in data["zmtp"]}
+        assert any(r["status"] == "ok" for e, r in z.items() if e.startswith("ipc://"))
+        assert z[f"tcp://127.0.0.5:{port}"]["status"] == "timeout"
+        assert z[f"tcp://127.0.0.5:{port}"]["attempts"] == 1
+    finally:
+        silent.close()

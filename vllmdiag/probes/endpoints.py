@@ -194,7 +194,8 @@ def check_all(ctx: Context, targets: list[tuple[str, str, list[int], str]],
         # Under load (2 cores at load 5) a healthy endpoint missed 0.25 s and became a false finding
         # (issue 15, item 15): a timeout is a reason to look again, longer, never an answer. Listeners
         # held only by stopped or dead processes cannot answer; the process layer names those.
-        again = [i for i, r in enumerate(results) if r["status"] == "timeout" and not set(targets[i][2]) <= stopped]
+        again = [i for i, r in enumerate(results) if r["status"] == "timeout" and not set(targets[i][2]) <= stopped
+                 and not set(targets[i][2]) & _prompt_pids(targets, results, first)]
         left = budget - (time.monotonic() - start)
         if again and left > first:  # room for a longer look than the first
             retry = _round(pool, [targets[i] for i in again], RETRY_WAIT_S, left)
@@ -203,6 +204,19 @@ def check_all(ctx: Context, targets: list[tuple[str, str, list[int], str]],
                 r["attempts"] = 2
                 results[i] = r
     return results
+
+
+def _prompt_pids(targets: list[tuple[str, str, list[int], str]], results: list[dict[str, Any]],
+                 first_s: float) -> set[int]:
+    """Pids whose libzmq answered another greeting well inside the first look. libzmq greets from its
+    own I/O thread, so a silent listener of such a process is not slow: it is not ZMQ (a TCPStore,
+    gloo or NCCL socket the EngineCore shares with its workers), and a second, longer look would only
+    spend the budget every healthy triage waits for."""
+    out: set[int] = set()
+    for target, r in zip(targets, results, strict=True):
+        if r["status"] == "ok" and float(r.get("latency_ms") or 0.0) < first_s * 500:
+            out.update(target[2])
+    return out
 
 
 def _round(pool: ThreadPoolExecutor, targets: list[tuple[str, str, list[int], str]], want_s: float,
