@@ -127,6 +127,12 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("ray", "rpc-ring-full", 2, 1): ("blocked", "queue", "worker"),
     ("ray", "api-killed", 2, None): ("blocked", "process", "api_server_gone"),
     ("serve", "api-killed", 2, None): ("blocked", "process", "api_server_gone"),
+    # DP=2 x TP=2 with a DPCoordinator; rank = the DP rank that never joins the DP sync
+    ("dp", "healthy", 2, None): ("healthy", None, None),
+    ("dp", "healthy-load", 2, None): ("healthy", None, None),
+    ("dp", "dp-out-of-step", 2, 1): ("blocked", "gpu", "dp_engine"),
+    ("dp", "straggler", 2, 1): ("blocked", "gpu", "worker"),
+    ("dp", "api-killed", 2, None): ("blocked", "process", "api_server_gone"),
 }
 
 
@@ -135,7 +141,7 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
 def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, accuracy_matrix: Any) -> None:
     shape, fault, tp, rank = case
     status, layer, who = SHAPE_CASES[case]
-    with Deployment.up(tp=tp, fault=fault, rank=rank, shape=shape) as dep:
+    with Deployment.up(tp=tp, dp=2 if shape == "dp" else 1, fault=fault, rank=rank, shape=shape) as dep:
         result = triage(pids=[dep.root_pid], budget_s=8, confirm_s=CONFIRM_S)
         v = result.report.verdict
         snap_file = tmp_path / "snap.json"
@@ -144,6 +150,8 @@ def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, 
         first = v.culprits[:1]
         if who == "api_server_gone":
             ok_culprit = bool(first) and first[0].role == "api_server" and first[0].pid is None
+        elif who == "dp_engine":
+            ok_culprit = bool(first) and first[0].role == "engine_core" and first[0].pid == dep.engine_pid(dp_rank=rank or 0)
         else:
             ok_culprit = who is None or any(_blames(c, who, dep, fault, rank) for c in first)
         ok = (v.status, v.layer) == (status, layer) and ok_culprit and again.to_dict() == v.to_dict()

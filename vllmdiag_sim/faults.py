@@ -46,6 +46,7 @@ FAULTS: dict[str, str] = {
     "compiling": "one rank in a cold torch.compile (inductor) while its peers wait in all_reduce",
     "init-odd-rank": "at startup one rank never finishes ncclCommInitRank; its peers go on (start only)",
     "api-killed": "the API server SIGKILLed; EngineCore and workers live on, reparented (vLLM #55510)",
+    "dp-out-of-step": "DP>1: every DP rank but one waits in the per-step DP sync; that one never comes (#28224)",
 }
 START_FAULTS = {"shm-small", "init-odd-rank"}  # in place from launch; `inject` cannot add them later
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
@@ -75,6 +76,7 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "compiling": ("degraded", "gpu", None),  # suspected, never a straggler, never healthy
     "init-odd-rank": ("blocked", "gpu", "worker"),  # startup: one rank never leaves ncclCommInitRank
     "api-killed": ("blocked", "process", "api_server_gone"),  # the missing API server: no pid to name
+    "dp-out-of-step": ("blocked", "gpu", "engine_core"),  # the EngineCore of the DP rank that never came
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
@@ -98,6 +100,8 @@ def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int |
         raise FaultError("--nnodes needs --master-port, a TP size divisible by it, and --dp 1")
     if fault in RANKED and tp == 1 and dp == 1:
         raise FaultError(f"{fault} needs worker processes: TP=1 runs in-process (UniProcExecutor)")
+    if fault == "dp-out-of-step" and dp < 2:
+        raise FaultError("dp-out-of-step needs --dp 2 or more")
     if fault in NEEDS_GROUP and tp == 1:
         raise FaultError(f"{fault} needs a TP group: at TP=1 vLLM skips the collective")
 
@@ -107,6 +111,8 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
         raise FaultError(f"{fault!r} cannot be injected into a running deployment")
     local = range(dep.node_rank * dep.tp // dep.nnodes, (dep.node_rank + 1) * dep.tp // dep.nnodes)
     rank = local[-1] if rank is None else rank
+    if fault == "dp-out-of-step":  # its rank is the DP rank that never comes
+        rank = dep.dp - 1 if rank is None or rank >= dep.dp else rank
     if fault in RANKED and rank not in local:
         raise FaultError(f"rank {rank} is not on this node (local ranks {local.start}..{local.stop - 1})")
     if fault in NEEDS_HTTP and dep.http_port is None:
@@ -233,6 +239,7 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "healthy-slow": lambda d, r: _with_client(d, "load", "client-load"),
     "compiling": lambda d, r: _hang_with_request(d, f"compiling-{r}"),
     "api-killed": lambda d, r: _shapes().kill_api_server(d, r),
+    "dp-out-of-step": lambda d, r: _shapes().wait_dp_sync(d, r),
 }
 
 

@@ -32,6 +32,8 @@ def classify(cmdline: list[str]) -> dict[str, Any] | None:
                 "rank": int(m[2]) if m[2] else (0 if m[1] else None)}
     if m := _ENGINE_RE.match(title):
         return {"role": "engine_core", "title": title, "dp_rank": int(m[1] or 0), "rank": None}
+    if title == "VLLM::DPCoordinator":
+        return {"role": "dp_coordinator", "title": title, "dp_rank": None, "rank": None}
     if _RAY_RE.match(title):  # a Ray actor: its rank is what it recorded (shapes.annotate)
         return {"role": "worker", "title": title, "dp_rank": 0, "rank": None}
     joined = " ".join(cmdline)

@@ -25,12 +25,14 @@ from vllmdiag_sim.ray.raylet import SOCKET_ENV
 if TYPE_CHECKING:
     from vllmdiag_sim.deployment import Deployment
 
-SHAPES = ("serve", "offline", "offline-inproc", "ray")
+SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp")
 SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-killed"),
                 "offline-inproc": ("healthy", "straggler", "worker-stopped", "worker-killed"),
                 # No worker-killed: the raylet reaps its actors at once (no zombie stays).
                 "ray": ("healthy", "healthy-load", "straggler", "collective-mismatch", "worker-stopped",
-                        "worker-gone", "rpc-ring-full", "api-killed")}
+                        "worker-gone", "rpc-ring-full", "api-killed"),
+                # `vllm serve -dp N` with a DPCoordinator and the per-step DP sync of MoE models
+                "dp": ("healthy", "healthy-load", "dp-out-of-step", "straggler", "worker-stopped", "api-killed")}
 
 
 class ShapeError(ValueError):
@@ -40,8 +42,10 @@ class ShapeError(ValueError):
 def validate(shape: str, fault: str, tp: int, dp: int, nnodes: int) -> None:
     if shape not in SHAPES:
         raise ShapeError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
-    if shape != "serve" and (dp != 1 or nnodes != 1):
+    if shape not in ("serve", "dp") and (dp != 1 or nnodes != 1):
         raise ShapeError(f"shape {shape} runs DP=1 on one node")
+    if shape == "dp" and (dp < 2 or nnodes != 1):
+        raise ShapeError("shape dp needs --dp 2 or more on one node")
     if shape != "serve" and fault not in SHAPE_FAULTS[shape]:
         raise ShapeError(f"shape {shape} supports faults {', '.join(SHAPE_FAULTS[shape])}")
 
@@ -83,6 +87,18 @@ def annotate(dep: Deployment, procs: list[dict[str, Any]]) -> None:
     for p in procs:
         if p["role"] == "worker" and p["pid"] in ranks:
             p["rank"], p["dp_rank"] = ranks[p["pid"]], 0
+
+
+def wait_dp_sync(dep: Deployment, rank: int | None) -> None:
+    """Until every TP rank of every other DP rank waits in the DP sync for DP rank ``rank``."""
+    others = [d for d in range(dep.dp) if d != rank]
+    acks = [f"dp-sync-{d}-{t}" for d in others for t in range(dep.tp)]
+    deadline = time.monotonic() + 20
+    while not all((dep.path / "acks" / a).exists() for a in acks):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other DP ranks did not reach the DP sync")
+        time.sleep(0.02)
+    time.sleep(0.3)  # into the receive
 
 
 def kill_api_server(dep: Deployment, rank: int | None) -> None:

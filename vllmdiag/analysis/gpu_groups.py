@@ -82,6 +82,16 @@ def dp_split(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> tup
     return sorted(in_sync), others
 
 
+def _dp_held(waiter: int, out: list[int], again: dict[int, StackClass]) -> bool | None:
+    """The split held when the later look still finds the waiter in the DP sync and every blamed
+    rank still outside it (where exactly an idle or busy rank sits may change; that it stays out of
+    the sync is what blocks the others)."""
+    looks = [again.get(p) for p in (waiter, *out)]
+    if any(c is None for c in looks):
+        return False if looks[0] is not None and looks[0].name not in SYNC else None
+    return looks[0].name in SYNC and all(c.name not in SYNC for c in looks[1:])  # type: ignore[union-attr]
+
+
 def _dp_blame(ps: list[dict[str, Any]], classes: dict[int, StackClass]) -> dict[str, Any]:
     """Where an out-of-step DP rank is: its first worker that is not idle, else its EngineCore."""
     busy = [p for p in ps if role_of(p) == "worker" and (c := classes.get(p["pid"])) is not None and c.name != "idle"]
@@ -96,7 +106,7 @@ def _dp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
     by_dp = dp_ranks(dep.processes)
     waiter = next(p for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)
     blamed = {d: _dp_blame(ps, classes) for d, ps in others.items()}
-    confirmed = _confirmed([waiter["pid"], *[b["pid"] for b in blamed.values()]], classes, again)
+    confirmed = _dp_held(waiter["pid"], [b["pid"] for b in blamed.values()], again)
     if confirmed is False:
         return []  # the ranks moved on: a step in passing
     parts, culprits = [], []

@@ -14,6 +14,7 @@ class ParallelConfig:
     master_port: int = 0
     distributed_executor_backend: str = "mp"  # mp | ray
     frontend: bool = True  # False: an offline LLM() script, no HTTP client to start steps
+    dp_hub_ports: tuple[int, ...] = ()  # DP > 1: one DP-group rendezvous per TP rank (the DP sync)
 
     @property
     def local_world_size(self) -> int:

@@ -8,6 +8,7 @@ identity. HTTP is served by `http_frontend.ApiServer` once every engine is up.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -15,6 +16,7 @@ import socket
 import time
 from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
+from typing import Any
 
 import zmq
 
@@ -34,6 +36,8 @@ def launch_core_engines(pc: ParallelConfig, input_addr: str | None,
     resource_tracker.ensure_running()
     ctx = multiprocessing.get_context("fork")
     engines: list[BaseProcess] = []
+    if pc.data_parallel_size > 1 and pc.is_leader:
+        pc = start_dp_group(pc, ctx)
     for dp_rank in range(pc.data_parallel_size):
         hub: socket.socket | None = None
         if pc.tensor_parallel_size > 1 and pc.is_leader:
@@ -45,6 +49,20 @@ def launch_core_engines(pc: ParallelConfig, input_addr: str | None,
             hub.close()
         engines.append(proc)
     return engines
+
+
+def start_dp_group(pc: ParallelConfig, ctx: Any) -> ParallelConfig:
+    """DP > 1: the DP coordinator process, and one DP-group rendezvous per TP rank (served from
+    this process) for the engines' per-step DP sync."""
+    from vllmdiag_sim.vllm.v1.engine.coordinator import DPCoordinatorProc
+
+    ports = []
+    for _ in range(pc.tensor_parallel_size):
+        srv = collective.listen(0)
+        collective.Hub(srv, pc.data_parallel_size).start()
+        ports.append(srv.getsockname()[1])
+    ctx.Process(target=DPCoordinatorProc.run_coordinator, name="VLLM_DP_Coordinator", daemon=True).start()
+    return dataclasses.replace(pc, dp_hub_ports=tuple(ports))
 
 
 def wait_for_engine_startup(input_socket: zmq.Socket, engines: list[BaseProcess]) -> list[bytes]:

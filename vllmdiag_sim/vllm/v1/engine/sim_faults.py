@@ -30,6 +30,12 @@ class EngineFaults:
 
     def apply(self, spec: dict[str, Any]) -> None:
         engine = self.engine
+        if spec["fault"] == "dp-out-of-step":
+            # Every DP rank but the named one runs a (dummy) step and waits in the DP sync for it.
+            if engine.dp_rank != spec.get("rank"):
+                engine.pending_steps.append(("DP_STEP", None))
+                runtime.ack(f"fault-{spec['seq']}")
+            return
         if spec.get("dp", 0) != engine.dp_rank:
             return
         name = spec["fault"]
@@ -54,7 +60,9 @@ class EngineFaults:
 
     def run_pending(self, kind: str, payload: Any) -> None:
         executor = self.engine.model_executor
-        if kind == "KICK":
+        if kind == "DP_STEP":
+            executor.execute_model({"req_ids": [], "step": 0, "dp_sync": True})
+        elif kind == "KICK":
             executor.execute_model({"req_ids": [], "step": 0, "sim_fault": self.step_fault})
         elif kind == "RELAY":
             self._relay(payload)

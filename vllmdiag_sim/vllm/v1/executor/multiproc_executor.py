@@ -37,6 +37,8 @@ class WorkerProc:
         self.rank = pc.first_local_rank + local_rank
         self.worker = Worker(self.rank, pc.tensor_parallel_size)
         self.worker.init_device(hub_port)
+        if pc.dp_hub_ports:  # the DP group of this TP rank: the same TP rank of every DP rank
+            self.worker.init_dp_group(collective.connect(pc.dp_hub_ports[self.rank], dp_rank), dp_rank)
         set_process_title("Worker", pc.worker_suffix(dp_rank, self.rank))
         self.rpc_broadcast_mq = MessageQueue.create_from_handle(rpc_handle, local_rank)
         self.worker_response_mq = MessageQueue(1, 1, max_chunk_bytes=24 * ringfmt.MiB, max_chunks=10)

@@ -29,10 +29,14 @@ class GPUModelRunner:
         self.o_proj = RowParallelLinear()
         self.lm_head = ColumnParallelLinear()
         self.transfer_event = Event()
+        self.dp_comm: Any = None  # DP > 1: the socket of this TP rank's DP group
+        self.dp_rank, self.dp_seq = 0, 0
 
     def execute_model(self, scheduler_output: dict[str, Any]) -> dict[str, Any]:
         fault = scheduler_output.get("sim_fault")
         name = (fault or {}).get("fault")
+        if scheduler_output.get("dp_sync") and self.dp_comm is not None:
+            self._dp_sync(len(scheduler_output.get("req_ids", [])))
         num_tokens = self._prepare_inputs(scheduler_output, targets_me(fault, "straggler", self.rank))
         if targets_me(fault, "compiling", self.rank):
             compile_fx("model", f"compiling-{self.rank}")  # a cold compile on this rank; peers wait in all_reduce
@@ -45,6 +49,13 @@ class GPUModelRunner:
             self.transfer_event.wedged = f"uniform-sync-{self.rank}"  # the GPU never completes the step
         return {"req_ids": list(scheduler_output.get("req_ids", [])), "step": scheduler_output.get("step"),
                 "sampled_token_ids": self._to_list([num_tokens])}
+
+    def _dp_sync(self, num_tokens: int) -> None:
+        from vllmdiag_sim.vllm.v1.worker.dp_utils import coordinate_batch_across_dp
+
+        self.dp_seq += 1
+        runtime.ack(f"dp-sync-{self.dp_rank}-{self.rank}")
+        coordinate_batch_across_dp(self.dp_comm, self.dp_rank, self.dp_seq, num_tokens)
 
     def _to_list(self, sampled_token_ids: list[int]) -> list[int]:
         # vLLM copies sampled ids to the host and waits on an event (sync point, vllm-internals 5.3).

@@ -25,6 +25,9 @@ class Worker:
         self.tp_group = GroupCoordinator(self.rank, self.tp_size, comm)
         init_model_parallel_group(self.tp_group)
 
+    def init_dp_group(self, dp_comm: Any, dp_rank: int) -> None:
+        self.model_runner.dp_comm, self.model_runner.dp_rank = dp_comm, dp_rank
+
     def execute_model(self, scheduler_output: dict[str, Any]) -> dict[str, Any]:
         return self.model_runner.execute_model(scheduler_output)
 
