@@ -133,6 +133,10 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("dp", "dp-out-of-step", 2, 1): ("blocked", "gpu", "dp_engine"),
     ("dp", "straggler", 2, 1): ("blocked", "gpu", "worker"),
     ("dp", "api-killed", 2, None): ("blocked", "process", "api_server_gone"),
+    # a container-like node (own PID+mount namespace, a Python init that adopts orphans)
+    ("ns", "healthy", 2, None): ("healthy", None, None),
+    ("ns", "straggler", 2, 1): ("blocked", "gpu", "worker"),
+    ("ns", "api-killed", 2, None): ("blocked", "process", "api_server_gone"),
 }
 
 
@@ -141,7 +145,8 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
 def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, accuracy_matrix: Any) -> None:
     shape, fault, tp, rank = case
     status, layer, who = SHAPE_CASES[case]
-    with Deployment.up(tp=tp, dp=2 if shape == "dp" else 1, fault=fault, rank=rank, shape=shape) as dep:
+    with Deployment.up(tp=tp, dp=2 if shape == "dp" else 1, fault=fault, rank=rank, shape=shape,
+                       namespace=shape == "ns") as dep:
         result = triage(pids=[dep.root_pid], budget_s=8, confirm_s=CONFIRM_S)
         v = result.report.verdict
         snap_file = tmp_path / "snap.json"

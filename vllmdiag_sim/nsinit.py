@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+STAY_ENV = "VLLMDIAG_SIM_NSINIT_STAY"
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vllmdiag_sim.nsinit")
@@ -27,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
             pid, status = os.wait()
         except ChildProcessError:
             return 0
-        if pid == child.pid:
+        # Like a container entrypoint shell that runs more than the server (vLLM #55510), the
+        # "ns" shape's init outlives the API server and keeps reaping until the namespace is empty.
+        if pid == child.pid and not os.environ.get(STAY_ENV):
             return os.waitstatus_to_exitcode(status)
 
 

@@ -25,14 +25,16 @@ from vllmdiag_sim.ray.raylet import SOCKET_ENV
 if TYPE_CHECKING:
     from vllmdiag_sim.deployment import Deployment
 
-SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp")
+SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns")
 SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-killed"),
                 "offline-inproc": ("healthy", "straggler", "worker-stopped", "worker-killed"),
                 # No worker-killed: the raylet reaps its actors at once (no zombie stays).
                 "ray": ("healthy", "healthy-load", "straggler", "collective-mismatch", "worker-stopped",
                         "worker-gone", "rpc-ring-full", "api-killed"),
                 # `vllm serve -dp N` with a DPCoordinator and the per-step DP sync of MoE models
-                "dp": ("healthy", "healthy-load", "dp-out-of-step", "straggler", "worker-stopped", "api-killed")}
+                "dp": ("healthy", "healthy-load", "dp-out-of-step", "straggler", "worker-stopped", "api-killed"),
+                # `vllm serve` in its own PID+mount namespace (a container): its init is Python (nsinit)
+                "ns": ("healthy", "healthy-load", "straggler", "api-killed")}
 
 
 class ShapeError(ValueError):
@@ -42,7 +44,7 @@ class ShapeError(ValueError):
 def validate(shape: str, fault: str, tp: int, dp: int, nnodes: int) -> None:
     if shape not in SHAPES:
         raise ShapeError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
-    if shape not in ("serve", "dp") and (dp != 1 or nnodes != 1):
+    if shape not in ("serve", "dp", "ns") and (dp != 1 or nnodes != 1):
         raise ShapeError(f"shape {shape} runs DP=1 on one node")
     if shape == "dp" and (dp < 2 or nnodes != 1):
         raise ShapeError("shape dp needs --dp 2 or more on one node")
@@ -59,6 +61,10 @@ def launch_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[
         sock = str(dep.path / "raylet.sock")
         dep.extra_tops = [start_raylet(dep, sock)]
         return base_argv + ["--distributed-executor-backend", "ray"], {SOCKET_ENV: sock}
+    if dep.shape == "ns":
+        from vllmdiag_sim.nsinit import STAY_ENV
+
+        return base_argv, {STAY_ENV: "1"}
     return base_argv, {}
 
 
@@ -107,7 +113,7 @@ def kill_api_server(dep: Deployment, rank: int | None) -> None:
     engine = dep.engine_pid()
     os.kill(api, signal.SIGKILL)
     popen = getattr(dep, "_popen", None)
-    if popen is not None:
+    if popen is not None and popen.pid == api:
         popen.wait(timeout=10)  # reap it if it is our child, so it is gone, not a zombie
     dep.root_pid = engine  # the top of what is left
     dep.save()

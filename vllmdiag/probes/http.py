@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import re
+import sys
 import time
 from typing import Any
 
@@ -45,6 +46,11 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     cheap = bool(ctx.options.get("cheap"))
     out: dict[str, Any] = {"api_servers": [] if cheap else [_api_info(ctx, p, socks) for p in api], "servers": servers}
     gets = [s for s in servers if s["same_netns"]]
+    for s in [] if cheap else [s for s in servers if not s["same_netns"]]:
+        # A container's API server: the same read-only GETs from inside its network namespace.
+        s["netns_pid"] = s["pids"][0]
+        s["health"], first = netns_get(ctx, s, ["/health", "/metrics"], min(2.0, max(0.2, ctx.remaining() / 4)))
+        s["metrics"] = [_as_metrics(first, start)] if first else []
     step = min(2.0, max(0.2, ctx.remaining() / 4))
     for s in [] if cheap else servers:
         _sample_conns(ctx, s, 0)
@@ -64,6 +70,10 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
         _sample_conns(ctx, s, 1)
     for s in gets:
         s["metrics"].append(metrics_sample(s, min(1.0, max(0.05, ctx.remaining() - 0.3)), start))
+    for s in [s for s in servers if s.get("netns_pid") and s.get("metrics")]:
+        _, again = netns_get(ctx, s, ["/metrics"], min(1.0, max(0.2, ctx.remaining() - 0.3)))
+        if again:
+            s["metrics"].append(_as_metrics(again, start))
     out["sample_gap_s"] = round(time.monotonic() - t0, 3)
     for s in servers:
         s["connections"] = list(s["connections"].values())
@@ -155,6 +165,34 @@ def _find_peers(ctx: Context, server: dict[str, Any]) -> None:
                 peer["pid"] = int(name)
                 peer["comm"] = (read_text(ctx.proc(name, "comm")) or "").strip()
                 peer["cmdline"] = " ".join(redact_argv(read_cmdline(ctx.proc(name)) or []))[:160]
+
+
+def netns_get(ctx: Context, server: dict[str, Any], paths: list[str], timeout_s: float
+              ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(/health result, /metrics result) fetched from inside the server's network namespace by a
+    short-lived child (probes/_netns_get.py); an error result says why when it could not."""
+    argv = [sys.executable, "-m", "vllmdiag.probes._netns_get", str(ctx.proc(server["netns_pid"], "ns", "net")),
+            server["host"], str(server["port"]), str(timeout_s), *paths]
+    res = ctx.run(argv, timeout_s + 1.5)
+    try:
+        results = json.loads(res.stdout.strip().splitlines()[-1]).get("results") if res.stdout.strip() else None
+        why = None if results is not None else json.loads(res.stdout.strip().splitlines()[-1]).get("error")
+    except (ValueError, IndexError, AttributeError):
+        results, why = None, None
+    if results is None:
+        err = {"status": None, "error": why or ("timeout" if res.timed_out else res.error or res.stderr.strip()[-200:]
+                                                 or "no answer"), "netns": True}
+        return err, None
+    by_path = {r.get("path"): {**r, "netns": True} for r in results if isinstance(r, dict)}
+    return by_path.get("/health"), by_path.get("/metrics")
+
+
+def _as_metrics(res: dict[str, Any], since: float) -> dict[str, Any]:
+    body = res.pop("body", None)
+    res["at_s"] = round(time.monotonic() - since, 3)
+    if body is not None and res.get("status") == 200:
+        res.update(parse_metrics(body))
+    return res
 
 
 def metrics_sample(server: dict[str, Any], timeout_s: float, since: float) -> dict[str, Any]:
