@@ -82,14 +82,22 @@ def dp_split(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> tup
     return sorted(in_sync), others
 
 
-def _dp_held(waiter: int, out: list[int], again: dict[int, StackClass]) -> bool | None:
-    """The split held when the later look still finds the waiter in the DP sync and every blamed
-    rank still outside it (where exactly an idle or busy rank sits may change; that it stays out of
-    the sync is what blocks the others)."""
-    looks = [again.get(p) for p in (waiter, *out)]
-    if any(c is None for c in looks):
-        return False if looks[0] is not None and looks[0].name not in SYNC else None
-    return looks[0].name in SYNC and all(c.name not in SYNC for c in looks[1:])  # type: ignore[union-attr]
+def _dp_held(waiter: int, others: dict[int, list[dict[str, Any]]], again: dict[int, StackClass]) -> bool | None:
+    """The split held when a later look still finds the waiter in the DP sync and each other DP rank
+    still outside it (any of its processes looked at again, none in the sync; where exactly an idle
+    or busy rank sits may change, that it stays out is what blocks the others)."""
+    first = again.get(waiter)
+    if first is None:
+        return None
+    if first.name not in SYNC:
+        return False
+    verdicts = []
+    for ps in others.values():
+        looks = [again[p["pid"]] for p in ps if p["pid"] in again]
+        verdicts.append(None if not looks else not any(c.name in SYNC for c in looks))
+    if any(v is False for v in verdicts):
+        return False
+    return True if all(verdicts) else None
 
 
 def _dp_blame(ps: list[dict[str, Any]], classes: dict[int, StackClass]) -> dict[str, Any]:
@@ -106,7 +114,7 @@ def _dp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
     by_dp = dp_ranks(dep.processes)
     waiter = next(p for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)
     blamed = {d: _dp_blame(ps, classes) for d, ps in others.items()}
-    confirmed = _dp_held(waiter["pid"], [b["pid"] for b in blamed.values()], again)
+    confirmed = _dp_held(waiter["pid"], others, again)
     if confirmed is False:
         return []  # the ranks moved on: a step in passing
     parts, culprits = [], []
