@@ -39,13 +39,30 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     classes = classify_snapshot(snapshot)
     again = resampled_classes(snapshot)
     moving = moving_deployments(snapshot, deployments)
+    stalled = stalled_deployments(snapshot, deployments)
     out: list[Finding] = []
     for dep in deployments:
         if dep.id in moving:
             continue  # tokens came out while we looked: pictures in passing
-        out += _dp(snapshot, dep, classes, again) + _ep(snapshot, dep, classes, again)
-        out += _pp(snapshot, dep, classes, again)
+        found = _dp(snapshot, dep, classes, again) + _ep(snapshot, dep, classes, again) + _pp(snapshot, dep, classes, again)
+        for f in found:
+            if f.severity == "warning" and dep.id in stalled:
+                # No second stack look of these ranks, but nothing moved over the whole confirm
+                # window (progress): the picture did not pass.
+                f.severity = "critical"
+                f.message = f.message.replace(" (one sample)", f" (nothing moved for {stalled[dep.id]:.1f} s)")
+                f.evidence["confirmed_by_progress"] = True
+        out += found
     return out
+
+
+def stalled_deployments(snapshot: Snapshot, deployments: list[Deployment]) -> dict[str, float]:
+    """Deployment id -> window (s) for those with work in flight and nothing moved for HELD_S or more."""
+    from vllmdiag.analysis.gpu_progress import HELD_S
+    from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
+
+    return {p.deployment_id: p.window_s for p in deployment_progress(all_passes(snapshot), deployments)
+            if is_stalled(p) and p.window_s >= HELD_S}
 
 
 def _workers(procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
