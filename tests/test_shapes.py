@@ -349,6 +349,10 @@ def test_stacks_probe_dumps_ray_workers_outside_the_tree_of_the_pid_asked_for() 
             proc(31, 30, "worker", "VLLM::Worker_TP0", {"tp": 0})]  # another deployment's worker
     chosen = {p["pid"] for p in select_targets({"processes": rows, "self_pid": 0}, [10])}
     assert chosen == {10, 11, 21}
+    # an MP deployment (its engine has worker children) does not pull in the node's Ray actors
+    rows.append(proc(12, 11, "worker", "VLLM::Worker_TP0", {"tp": 0}))
+    chosen = {p["pid"] for p in select_targets({"processes": rows, "self_pid": 0}, [10])}
+    assert chosen == {10, 11, 12}
 
 
 def test_an_odd_picture_while_tokens_flow_is_a_step_in_passing() -> None:

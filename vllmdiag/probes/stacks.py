@@ -128,8 +128,12 @@ def select_targets(processes: dict[str, Any], pids: list[int] | None) -> list[di
         return procs
     wanted = same_trees(processes.get("processes", []), set(pids))
     # Ray actors live under the raylet, outside any vLLM tree: which engine they serve is decided
-    # in analysis (shared rings), so every Ray-titled worker on the node is dumped too.
-    wanted |= {p["pid"] for p in procs if p.get("executor") == "ray"}
+    # in analysis (shared rings). When the asked tree has an engine without worker children (the
+    # Ray executor's engine, or TP=1), every Ray-titled worker on the node is dumped too.
+    rows = processes.get("processes", [])
+    parents = {p.get("ppid") for p in rows if p.get("role") == "worker"}
+    if any(p.get("role") == "engine_core" and p["pid"] in wanted and p["pid"] not in parents for p in rows):
+        wanted |= {p["pid"] for p in procs if p.get("executor") == "ray"}
     return [p for p in procs if p["pid"] in wanted]
 
 
