@@ -219,3 +219,14 @@ def test_fuzz_decoder_on_solvable_sizes(k: int, c_mib: int, n: int, flags: bytes
         rf.writer_index(dec.slots, dec.geometry.n_reader)
     else:
         assert dec.reason
+
+
+def test_one_geometry_for_the_gate_and_the_decoder() -> None:
+    """The gate sizes /dev/shm with the geometry the decoder solves for (one statement, issue 16)."""
+    from vllmdiag.gate.rings import ring_bytes
+
+    for tp in (2, 8):
+        rpc = rf.Geometry(rf.RPC_CHUNKS, rf.RPC_CHUNK_BYTES, tp)
+        assert ring_bytes(tp)["rpc_broadcast"] == rpc.size_bytes and rpc in rf.solve_size(rpc.size_bytes)
+        tp_ring = rf.Geometry(rf.TP_CHUNKS, rf.TP_CHUNK_BYTES, tp - 1)
+        assert ring_bytes(tp)["tp_broadcaster"] == tp_ring.size_bytes and tp_ring in rf.solve_size(tp_ring.size_bytes)

@@ -7,22 +7,26 @@ SIGBUS on first touch. Either way the planned total must fit in the free space.
 
 from __future__ import annotations
 
-MIB = 1 << 20
-RPC_CHUNKS = 10  # rpc_broadcast_mq: max_chunks
-RESPONSE_CHUNK_BYTES = 24 * MIB  # worker_response_mq: MessageQueue(1, 1) class default
-RESPONSE_CHUNKS = 10
-TP_CHUNK_BYTES = 1 << 22  # GroupCoordinator mq_broadcaster: create_from_process_group(cpu_group, 1 << 22, 6)
-TP_CHUNKS = 6
+from vllmdiag.probes._ringfmt import (
+    RESPONSE_CHUNK_BYTES,
+    RESPONSE_CHUNKS,
+    RPC_CHUNK_BYTES,
+    RPC_CHUNKS,
+    TP_CHUNK_BYTES,
+    TP_CHUNKS,
+    Geometry,
+    MiB,
+)
 
 
-def ring_bytes(tp: int, chunk_mb: int = 16) -> dict[str, int]:
+def ring_bytes(tp: int, chunk_mb: int = RPC_CHUNK_BYTES // MiB) -> dict[str, int]:
     """Segment bytes per ring kind for TP=tp on one node. TP=1 runs UniProcExecutor: no rings at all."""
     if tp <= 1:
         return {"rpc_broadcast": 0, "worker_response": 0, "tp_broadcaster": 0, "total": 0}
-    # Each ring: (max_chunk_bytes + n_reader metadata bytes) x max_chunks (ShmRingBuffer layout).
-    rpc = (chunk_mb * MIB + 1 + tp) * RPC_CHUNKS
-    responses = tp * (RESPONSE_CHUNK_BYTES + 2) * RESPONSE_CHUNKS
-    broadcaster = (TP_CHUNK_BYTES + tp) * TP_CHUNKS
+    # The geometry the probe decodes (probes/_ringfmt.py): one ring per kind, one response ring per rank.
+    rpc = Geometry(RPC_CHUNKS, chunk_mb * MiB, tp).size_bytes
+    responses = tp * Geometry(RESPONSE_CHUNKS, RESPONSE_CHUNK_BYTES, 1).size_bytes
+    broadcaster = Geometry(TP_CHUNKS, TP_CHUNK_BYTES, tp - 1).size_bytes
     return {"rpc_broadcast": rpc, "worker_response": responses, "tp_broadcaster": broadcaster,
             "total": rpc + responses + broadcaster}
 

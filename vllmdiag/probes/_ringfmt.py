@@ -17,9 +17,14 @@ MAX_CHUNKS = MAX_READERS = 64
 TAIL_BYTES = MAX_CHUNKS * (1 + MAX_READERS)  # covers the metadata region of every candidate
 HEAD_BYTES = 16  # overflow byte + count + length + pickle magic of a chunk
 SCAN_BYTES = 2048  # enough for the rpc tuple's method name, even behind a pickled callable
-# (max_chunk_bytes, max_chunks) of the queues vLLM creates with default settings (1.10).
-PRIORS = {(16 * MiB, 10): "rpc_broadcast_mq default (16 MiB x 10)", (24 * MiB, 10): "worker_response_mq (24 MiB x 10)",
-          (4 * MiB, 6): "group mq_broadcaster (4 MiB x 6)", (10 * MiB, 10): "pre-0.12 default (10 MiB x 10)"}
+# vLLM 0.33's queues with default settings (1.10), the one statement of them (the gate sizes /dev/shm
+# from these too): (max_chunk_bytes, max_chunks); readers: rpc = TP ranks, response = 1, broadcaster = TP-1.
+RPC_CHUNK_BYTES, RPC_CHUNKS = 16 * MiB, 10  # rpc_broadcast_mq (VLLM_MQ_MAX_CHUNK_BYTES_MB default)
+RESPONSE_CHUNK_BYTES, RESPONSE_CHUNKS = 24 * MiB, 10  # worker_response_mq: MessageQueue(1, 1) class default
+TP_CHUNK_BYTES, TP_CHUNKS = 4 * MiB, 6  # GroupCoordinator mq_broadcaster: create_from_process_group(.., 1 << 22, 6)
+PRIORS = {(RPC_CHUNK_BYTES, RPC_CHUNKS): "rpc_broadcast_mq default (16 MiB x 10)",
+          (RESPONSE_CHUNK_BYTES, RESPONSE_CHUNKS): "worker_response_mq (24 MiB x 10)",
+          (TP_CHUNK_BYTES, TP_CHUNKS): "group mq_broadcaster (4 MiB x 6)", (10 * MiB, 10): "pre-0.12 default (10 MiB x 10)"}
 RPC_METHODS = ("execute_model", "sample_tokens", "execute_dummy_batch", "take_draft_token_ids", "check_health",
                "collective_rpc", "determine_available_memory", "initialize_from_config", "compile_or_warm_up_model",
                "get_kv_cache_spec", "load_model", "init_device", "profile", "sleep", "wake_up", "shutdown")
@@ -42,6 +47,11 @@ class Geometry:
     max_chunks: int  # K
     max_chunk_bytes: int  # C
     n_reader: int  # n
+
+    @property
+    def size_bytes(self) -> int:
+        """The segment's size: K chunks of C bytes, then K metadata rows of (written + n read flags)."""
+        return (self.max_chunk_bytes + 1 + self.n_reader) * self.max_chunks
 
     @property
     def metadata_offset(self) -> int:
