@@ -13,6 +13,7 @@ from typing import Any
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment
 from vllmdiag.model import Culprit, Finding, Snapshot
+from vllmdiag.stack_classes import COLLECTIVE, COMPILING, ENGINE_BLOCKED_FULL_RING, ENGINE_WAITING_WORKERS, EXECUTING, SYNC_POINT
 
 LAYER = "client"
 CODES = ("client.stalled_reader", "client.requests_stuck_waiting", "client.no_token_progress", "client.health_failed",
@@ -91,9 +92,9 @@ def _engines_waiting_below(snap: Snapshot, engines: list[dict[str, Any]]) -> boo
     from vllmdiag.analysis.stacks import classify_snapshot
 
     classes = classify_snapshot(snap)
-    waiting = ("engine_waiting_workers", "engine_blocked_full_ring",
+    waiting = (ENGINE_WAITING_WORKERS, ENGINE_BLOCKED_FULL_RING,
                # TP=1 (UniProcExecutor): the EngineCore runs the model step itself (vllm-internals 5.4)
-               "sync_point", "collective", "executing", "compiling")
+               SYNC_POINT, COLLECTIVE, EXECUTING, COMPILING)
     return bool(engines) and all((c := classes.get(e["pid"])) is not None and c.name in waiting for e in engines)
 
 

@@ -18,6 +18,7 @@ from vllmdiag.analysis.deployments import Deployment, display_title, role_of
 from vllmdiag.analysis.resample import held, resampled_classes
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
+from vllmdiag.stack_classes import COLLECTIVE, COMPILING, ENGINE_WAITING_WORKERS, IDLE, SYNC_POINT
 
 LAYER = "gpu"
 CODES = ("gpu.rank_straggler", "gpu.collective_mismatch", "gpu.rank_missing", "gpu.nccl_spin", "gpu.host_stall",
@@ -25,7 +26,7 @@ CODES = ("gpu.rank_straggler", "gpu.collective_mismatch", "gpu.rank_missing", "g
 SPIN_UTIL_PCT, SPIN_POWER_FRACTION = 95, 0.6  # busy-wait kernels keep SMs "utilized" without drawing full power
 KIND_CODE = {"mismatch": "gpu.collective_mismatch", "straggler": "gpu.rank_straggler", "missing": "gpu.rank_missing"}
 GroupKey = tuple[int, int, int]
-LONG_PHASE = ("compiling",)
+LONG_PHASE = (COMPILING,)
 
 
 @dataclass
@@ -87,7 +88,7 @@ def compare_group(members: dict[int, dict[str, Any]], classes: dict[int, StackCl
                   ) -> GroupCompare | None:
     """The odd ranks of one group, or None when no clear majority waits in one collective."""
     by_rank = {r: classes.get(p["pid"]) for r, p in members.items()}
-    ops = Counter(c.op or "?" for c in by_rank.values() if c is not None and c.name == "collective")
+    ops = Counter(c.op or "?" for c in by_rank.values() if c is not None and c.name == COLLECTIVE)
     if not ops:
         return None
     (op, count), *rest = ops.most_common()
@@ -102,12 +103,12 @@ def compare_group(members: dict[int, dict[str, Any]], classes: dict[int, StackCl
     total = max(size or 0, max(members) + 1)
     for rank in range(total):
         c, proc = by_rank.get(rank), members.get(rank)
-        if c is not None and c.name == "collective" and (c.op or "?") == op:
+        if c is not None and c.name == COLLECTIVE and (c.op or "?") == op:
             res.waiting.append(rank)
         elif proc is None or c is None:
             res.odd.append(OddRank(rank, proc["pid"] if proc else None, "missing", None))
         else:
-            res.odd.append(OddRank(rank, proc["pid"], "mismatch" if c.name == "collective" else "straggler", c))
+            res.odd.append(OddRank(rank, proc["pid"], "mismatch" if c.name == COLLECTIVE else "straggler", c))
     if any(o.cls is not None and o.cls.name in LONG_PHASE for o in res.odd):
         return None  # a rank compiling (or capturing graphs) arrives when done: never a straggler for it
     # The waiters must be the majority, or face a single rank (TP=2): otherwise no rank is "the odd one".
@@ -190,7 +191,7 @@ def _nvml_signals(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass
                   gpus: dict[int, dict[str, Any]]) -> list[Finding]:
     out = []
     spin = [p for p in dep.workers if spinning(gpus.get(p["pid"])) and
-            (c := classes.get(p["pid"])) is not None and c.name in ("collective", "sync_point")]
+            (c := classes.get(p["pid"])) is not None and c.name in (COLLECTIVE, SYNC_POINT)]
     if spin:
         names = fold([rank_name(p) for p in spin])
         out.append(finding("gpu.nccl_spin", LAYER, "info", snap, dep,
@@ -198,9 +199,9 @@ def _nvml_signals(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass
                            "sync point: a NCCL kernel spinning for a peer.", [p["pid"] for p in spin],
                            {"ranks": names, "gpus": [_gpu_brief(gpus[p["pid"]]) for p in spin]}, []))
     mine = [gpus[p["pid"]] for p in dep.workers if p["pid"] in gpus]
-    waiting = [e for e in dep.engines if (c := classes.get(e["pid"])) is not None and c.name == "engine_waiting_workers"]
+    waiting = [e for e in dep.engines if (c := classes.get(e["pid"])) is not None and c.name == ENGINE_WAITING_WORKERS]
     if waiting and mine and all(g.get("util_pct") == 0 for g in mine):
-        busy = [p for p in dep.workers if (c := classes.get(p["pid"])) is not None and c.name not in ("idle", "collective")]
+        busy = [p for p in dep.workers if (c := classes.get(p["pid"])) is not None and c.name not in (IDLE, COLLECTIVE)]
         out.append(finding("gpu.host_stall", LAYER, "warning", snap, dep,
                            "EngineCore waits for its workers while every GPU of the deployment is at 0%: the stall is "
                            "on the host side (Python), not in a kernel.", [e["pid"] for e in waiting],

@@ -27,10 +27,11 @@ from vllmdiag.analysis.gpu import (
 )
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
+from vllmdiag.stack_classes import COLLECTIVE, DP_SYNC, ENGINE_DP_SYNC, IDLE
 
 LAYER = "gpu"
 CODES = ("gpu.dp_out_of_step", "gpu.ep_rank_odd", "gpu.pp_stage_stuck")
-SYNC = ("dp_sync", "engine_dp_sync")
+SYNC = (DP_SYNC, ENGINE_DP_SYNC)
 EP_OPS = ("moe_dispatch", "moe_combine")  # stack_rules.yaml ops of the MoE all2all
 LIVE = ("Z", "X")
 
@@ -119,7 +120,7 @@ def _dp_held(waiter: int, others: dict[int, list[dict[str, Any]]], again: dict[i
 
 def _dp_blame(ps: list[dict[str, Any]], classes: dict[int, StackClass]) -> dict[str, Any]:
     """Where an out-of-step DP rank is: its first worker that is not idle, else its EngineCore."""
-    busy = [p for p in ps if role_of(p) == "worker" and (c := classes.get(p["pid"])) is not None and c.name != "idle"]
+    busy = [p for p in ps if role_of(p) == "worker" and (c := classes.get(p["pid"])) is not None and c.name != IDLE]
     engines = [p for p in ps if role_of(p) == "engine_core"]
     return (busy or engines or ps)[0]
 
@@ -189,17 +190,17 @@ def ep_compare(members: dict[int, dict[str, Any]], classes: dict[int, StackClass
     if len(members) < 2:
         return None
     ops = Counter(c.op for p in members.values() if (c := classes.get(p["pid"])) is not None
-                  and c.name == "collective" and c.op in EP_OPS)
+                  and c.name == COLLECTIVE and c.op in EP_OPS)
     if not ops:
         return None
     op = ops.most_common(1)[0][0]
     res = GroupCompare(op)
     for rank, p in sorted(members.items()):
         c = classes.get(p["pid"])
-        if c is not None and c.name == "collective" and c.op == op:
+        if c is not None and c.name == COLLECTIVE and c.op == op:
             res.waiting.append(rank)
         else:
-            kind = "missing" if c is None else "mismatch" if c.name == "collective" else "straggler"
+            kind = "missing" if c is None else "mismatch" if c.name == COLLECTIVE else "straggler"
             res.odd.append(OddRank(rank, p["pid"], kind, c))
     return res if res.odd else None
 
@@ -216,7 +217,7 @@ def pp_stages(procs: list[dict[str, Any]]) -> dict[tuple[int, int], list[dict[st
 
 def _in_op(ps: list[dict[str, Any]], classes: dict[int, StackClass], op: str) -> bool:
     cs = [classes.get(p["pid"]) for p in ps]
-    return bool(cs) and sum(1 for c in cs if c is not None and c.name == "collective" and c.op == op) * 2 > len(cs)
+    return bool(cs) and sum(1 for c in cs if c is not None and c.name == COLLECTIVE and c.op == op) * 2 > len(cs)
 
 
 def _pp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: dict[int, StackClass]) -> list[Finding]:
@@ -226,10 +227,10 @@ def _pp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
         up = stages.get((dp, pp - 1))
         if pp == 0 or not up or not _in_op(ps, classes, "recv") or _in_op(up, classes, "send"):
             continue
-        stuck = [p for p in up if (c := classes.get(p["pid"])) is None or c.name != "collective" or c.op != "send"]
+        stuck = [p for p in up if (c := classes.get(p["pid"])) is None or c.name != COLLECTIVE or c.op != "send"]
         if not stuck:
             continue
-        blame = next((p for p in stuck if (c := classes.get(p["pid"])) is not None and c.name not in ("idle", "collective")),
+        blame = next((p for p in stuck if (c := classes.get(p["pid"])) is not None and c.name not in (IDLE, COLLECTIVE)),
                      stuck[0])
         confirmed = _confirmed([ps[0]["pid"], blame["pid"]], classes, again)
         if confirmed is False:

@@ -18,11 +18,12 @@ from vllmdiag.analysis.deployments import Deployment, role_of
 from vllmdiag.analysis.resample import held, resampled_classes
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
+from vllmdiag.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDLE
 
 LAYER = "gpu"
 CODES = ("gpu.rank_stuck_alone",)
-ENGINE_WAITS = ("engine_waiting_workers",)
-NOT_BUSY = ("idle", "collective")  # a rank in a collective has its own rule (straggler)
+ENGINE_WAITS = (ENGINE_WAITING_WORKERS,)
+NOT_BUSY = (IDLE, COLLECTIVE)  # a rank in a collective has its own rule (straggler)
 
 
 def lone_rank(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> dict[str, Any] | None:
@@ -34,7 +35,7 @@ def lone_rank(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> di
     if not all((c := classes.get(e["pid"])) is not None and c.name in ENGINE_WAITS for e in engines):
         return None
     busy = [w for w in workers if (c := classes.get(w["pid"])) is not None and c.name not in NOT_BUSY]
-    idle = [w for w in workers if (c := classes.get(w["pid"])) is not None and c.name == "idle"]
+    idle = [w for w in workers if (c := classes.get(w["pid"])) is not None and c.name == IDLE]
     return busy[0] if len(busy) == 1 and len(idle) == len(workers) - 1 else None
 
 

@@ -19,17 +19,31 @@ from vllmdiag.analysis.gpu import compare_group, fold, gpu_by_pid, rank_name, sp
 from vllmdiag.analysis.progress import Progress, all_passes, deployment_progress, is_stalled
 from vllmdiag.analysis.stacks import StackClass
 from vllmdiag.model import Culprit, Finding, Snapshot
+from vllmdiag.stack_classes import (
+    COLLECTIVE,
+    COMPILING,
+    ENGINE_BUSY,
+    EXECUTING,
+    HANDSHAKE,
+    INIT_DEVICE,
+    LOAD_MODEL,
+    NCCL_INIT,
+    SYNC_POINT,
+    WAIT_FOR_READY,
+    WAIT_UNTIL_READY,
+    WARMUP,
+)
 
 LAYER = "gpu"
 CODES = ("gpu.uniform_hang", "gpu.engine_step_stuck", "gpu.call_site_mismatch", "gpu.init_rank_stuck",
          "gpu.stall_suspected", "gpu.progress")
-INIT_STUCK = ("nccl_init", "init_device")
+INIT_STUCK = (NCCL_INIT, INIT_DEVICE)
 HELD_S = 3.0  # decode steps take 10-100 ms and chunked prefill bounds a step to about a second
 SEEN_ONCE_S = 0.05  # below this nothing was looked at twice: progress unknown, not "nothing moved"
-RANK_STEP = ("collective", "sync_point", "executing")
-ENGINE_STEP = ("collective", "sync_point", "executing", "engine_busy")
-LONG_PHASES = ("compiling", "warmup", "load_model", "init_device", "wait_until_ready", "wait_for_ready", "handshake",
-               "nccl_init")
+RANK_STEP = (COLLECTIVE, SYNC_POINT, EXECUTING)
+ENGINE_STEP = (COLLECTIVE, SYNC_POINT, EXECUTING, ENGINE_BUSY)
+LONG_PHASES = (COMPILING, WARMUP, LOAD_MODEL, INIT_DEVICE, WAIT_UNTIL_READY, WAIT_FOR_READY, HANDSHAKE,
+               NCCL_INIT)
 Seen = dict[int, tuple[StackClass, str | None]]  # pid -> latest class, call site
 
 
@@ -97,7 +111,7 @@ def _uniform(snap: Snapshot, dep: Deployment, members: dict[int, dict[str, Any]]
              got: dict[int, tuple[StackClass, str | None]], gpus: dict[int, dict[str, Any]]) -> Finding:
     sc, site = next(iter(got.values()))
     group = fold([rank_name(members[r]) for r in sorted(members)])
-    what = sc.label.replace("collective:", "") + (f" ({sc.backend})" if sc.backend else "")
+    what = sc.label.replace(f"{COLLECTIVE}:", "") + (f" ({sc.backend})" if sc.backend else "")
     nvml, picture = _nvml_picture([members[r]["pid"] for r in members], gpus)
     fr = next((str(m.get("environ", {}).get("TORCH_NCCL_TRACE_BUFFER_SIZE")) for m in members.values()
                if (m.get("environ") or {}).get("TORCH_NCCL_TRACE_BUFFER_SIZE") not in (None, "", "0")), None)

@@ -16,6 +16,7 @@ from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.coverage import blind
 from vllmdiag.analysis.deployments import Deployment, display_title
 from vllmdiag.model import Finding, Snapshot
+from vllmdiag.stack_classes import HANDSHAKE, INIT_DEVICE, LOAD_MODEL, NCCL_INIT, WAIT_FOR_READY, WAIT_UNTIL_READY, WARMUP
 
 LAYER = "handshake"
 CODES = ("handshake.engine_endpoint_gone", "handshake.engine_not_registered", "handshake.coordinator_endpoint_missing",
@@ -23,7 +24,7 @@ CODES = ("handshake.engine_endpoint_gone", "handshake.engine_not_registered", "h
 FRONTEND = {"ROUTER": "engine input", "PULL": "engine output"}
 API_ROLES = ("api_server", "api_server_child")
 DEAD = ("Z", "X")
-STARTUP_CLASSES = ("nccl_init", "wait_until_ready", "wait_for_ready", "handshake", "init_device", "load_model", "warmup")
+STARTUP_CLASSES = (NCCL_INIT, WAIT_UNTIL_READY, WAIT_FOR_READY, HANDSHAKE, INIT_DEVICE, LOAD_MODEL, WARMUP)
 
 
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:

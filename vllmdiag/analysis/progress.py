@@ -19,11 +19,22 @@ from typing import Any
 from vllmdiag.analysis.deployments import Deployment, find_deployments, role_of
 from vllmdiag.analysis.stacks import StackClass, call_site, classify_threads, stop_signature, thread_frames
 from vllmdiag.model import Snapshot
+from vllmdiag.stack_classes import (
+    COLLECTIVE,
+    COMPILING,
+    ENGINE_BLOCKED_FULL_RING,
+    ENGINE_BUSY,
+    ENGINE_WAITING_WORKERS,
+    EXECUTING,
+    NCCL_INIT,
+    SYNC_POINT,
+    WRITER_BLOCKED_FULL_RING,
+)
 
 COUNTERS = ("generation_tokens", "prompt_tokens", "steps", "requests_finished")
 # Stack classes that mean the process is inside a step (or a startup phase that must finish).
-STEP_CLASSES = ("collective", "sync_point", "executing", "compiling", "engine_waiting_workers",
-                "engine_blocked_full_ring", "writer_blocked_full_ring", "engine_busy", "nccl_init")
+STEP_CLASSES = (COLLECTIVE, SYNC_POINT, EXECUTING, COMPILING, ENGINE_WAITING_WORKERS,
+                ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING, ENGINE_BUSY, NCCL_INIT)
 COMPUTE_ROLES = ("engine_core", "worker")
 Observation = tuple[StackClass, tuple[Any, ...], str | None]  # class, stop signature, call site
 

@@ -16,6 +16,7 @@ from vllmdiag.analysis.deployments import Deployment
 from vllmdiag.analysis.resample import held, resampled_classes
 from vllmdiag.analysis.stacks import classify_snapshot
 from vllmdiag.model import Finding, Snapshot
+from vllmdiag.stack_classes import ENGINE_BUSY, IDLE
 
 LAYER = "queue"
 CODES = ("queue.engine_loop_stuck",)
@@ -29,12 +30,12 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     out = []
     for dep in deployments:
         workers = [classes.get(w["pid"]) for w in dep.workers]
-        if not workers or not all(c is not None and c.name == "idle" for c in workers):
+        if not workers or not all(c is not None and c.name == IDLE for c in workers):
             continue
         pending = pending_requests(snapshot, dep)
         for eng in dep.engines:
             c = classes.get(eng["pid"])
-            if c is None or c.name != "engine_busy":
+            if c is None or c.name != ENGINE_BUSY:
                 continue
             holds = held(eng["pid"], c, again)
             if holds is False or pending == 0:

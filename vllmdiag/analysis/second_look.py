@@ -13,6 +13,7 @@ from vllmdiag.analysis.gpu_groups import resample_pids as group_pids  # DP/EP/PP
 from vllmdiag.analysis.gpu_lone import resample_pids as lone_pids
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Snapshot
+from vllmdiag.stack_classes import ENGINE_BUSY, IDLE
 
 
 def resample_pids(snapshot: Snapshot) -> list[int]:
@@ -33,6 +34,6 @@ def _resample_for(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
     pids += lone_pids(procs, classes)
     pids += group_pids(procs, classes)
     workers = [classes.get(p["pid"]) for p in procs if role_of(p) == "worker"]
-    if workers and all(c is not None and c.name == "idle" for c in workers):
-        pids += [p["pid"] for p in procs if (c := classes.get(p["pid"])) is not None and c.name == "engine_busy"]
+    if workers and all(c is not None and c.name == IDLE for c in workers):
+        pids += [p["pid"] for p in procs if (c := classes.get(p["pid"])) is not None and c.name == ENGINE_BUSY]
     return sorted(set(pids))

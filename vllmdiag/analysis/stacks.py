@@ -18,6 +18,7 @@ import yaml
 
 from vllmdiag.errors import BadInput
 from vllmdiag.model import Snapshot
+from vllmdiag.stack_classes import COLLECTIVE, UNKNOWN
 
 ENV_EXTRA = "VLLMDIAG_STACK_RULES"
 Frame = tuple[str, str, int]
@@ -83,12 +84,12 @@ def classify_threads(threads: list[dict[str, Any]], role: str | None = None, rul
         name = str(t.get("name") or t.get("thread_name") or "")
         frames = [_frame(f) for f in t.get("frames") or []]
         sc = classify_frames(frames, name, role, rules)
-        if sc.name == "unknown":
+        if sc.name == UNKNOWN:
             continue
         key = (rank.get(sc.name, len(rank)), 0 if name == "MainThread" else 1)
         if best is None or key < best[0]:
             best = (key, sc)
-    return best[1] if best else StackClass("unknown", thread=_main_name(threads))
+    return best[1] if best else StackClass(UNKNOWN, thread=_main_name(threads))
 
 
 _MEMO: dict[tuple[Any, ...], StackClass] = {}
@@ -119,11 +120,11 @@ def _classify_frames(frames: list[Frame], thread: str, role: str | None, rules: 
         if hits is None:
             continue
         sc = StackClass(rule.cls, thread=thread, key_frames=[_fmt(f) for f in hits][:6], where=_where(frames))
-        if rule.cls == "collective":
+        if rule.cls == COLLECTIVE:
             sc.op = next((rules.ops[_last(f[0])] for f in frames if _last(f[0]) in rules.ops), None)
             sc.backend = _backend(frames, rules)
         return sc
-    return StackClass("unknown", thread=thread, where=_where(frames))
+    return StackClass(UNKNOWN, thread=thread, where=_where(frames))
 
 
 def classify_snapshot(snapshot: Snapshot, rules: Rules | None = None) -> dict[int, StackClass]:

@@ -10,10 +10,11 @@ from typing import Any
 
 from vllmdiag.model import Report
 from vllmdiag.render.text import escape
+from vllmdiag.stack_classes import COLLECTIVE, ENGINE_BUSY, ENGINE_IDLE, EXECUTING, IDLE, SYNC_POINT, UNKNOWN
 
 # "executing" is not green: the rank that never reached its peers' collective is usually executing.
-CLASS_STYLE = {"collective": "yellow", "sync_point": "yellow", "executing": "", "idle": "dim",
-               "engine_idle": "dim", "engine_busy": "bold red", "unknown": "magenta"}
+CLASS_STYLE = {COLLECTIVE: "yellow", SYNC_POINT: "yellow", EXECUTING: "", IDLE: "dim",
+               ENGINE_IDLE: "dim", ENGINE_BUSY: "bold red", UNKNOWN: "magenta"}
 
 
 def render(report: Report, console: Any) -> None:

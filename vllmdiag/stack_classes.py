@@ -1,0 +1,38 @@
+"""Every stack class a process can get (the names `playbooks/stack_rules.yaml` produces, plus UNKNOWN).
+
+A leaf anyone may import (analysis, render, watch): a class is compared by one of these names, never
+by a bare string, so a renamed class in the rules is a failing test (tests/test_stack_classes.py), not
+a rule that silently stops matching. Labels of a collective add the op: "collective:all_reduce".
+"""
+
+from __future__ import annotations
+
+# Waiting for peers (the GPU layer's straggler/mismatch rules read these).
+COLLECTIVE = "collective"
+SYNC_POINT = "sync_point"
+DP_SYNC = "dp_sync"
+ENGINE_DP_SYNC = "engine_dp_sync"
+# Startup phases: long but legitimate.
+NCCL_INIT = "nccl_init"
+COMPILING = "compiling"
+WAIT_UNTIL_READY = "wait_until_ready"
+WAIT_FOR_READY = "wait_for_ready"
+HANDSHAKE = "handshake"
+INIT_DEVICE = "init_device"
+LOAD_MODEL = "load_model"
+WARMUP = "warmup"
+# The engine and the ring between it and the workers.
+ENGINE_BLOCKED_FULL_RING = "engine_blocked_full_ring"
+WRITER_BLOCKED_FULL_RING = "writer_blocked_full_ring"
+ENGINE_WAITING_WORKERS = "engine_waiting_workers"
+ENGINE_BUSY = "engine_busy"
+ENGINE_IDLE = "engine_idle"
+# Working or waiting for work.
+EXECUTING = "executing"
+IDLE = "idle"
+API_IDLE = "api_idle"
+UNKNOWN = "unknown"  # no rule matched (not in the rules: the classifier's own answer)
+
+ALL = frozenset({COLLECTIVE, SYNC_POINT, DP_SYNC, ENGINE_DP_SYNC, NCCL_INIT, COMPILING, WAIT_UNTIL_READY, WAIT_FOR_READY,
+                 HANDSHAKE, INIT_DEVICE, LOAD_MODEL, WARMUP, ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING,
+                 ENGINE_WAITING_WORKERS, ENGINE_BUSY, ENGINE_IDLE, EXECUTING, IDLE, API_IDLE, UNKNOWN})
