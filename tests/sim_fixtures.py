@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -62,3 +64,24 @@ def unread(name: str, geo: ringfmt.Geometry, root: str = "/dev/shm") -> list[int
 
 def segment_by_size(names: list[str], size: int, root: str = "/dev/shm") -> list[str]:
     return [n for n in names if os.path.exists(f"{root}/{n}") and os.path.getsize(f"{root}/{n}") == size]
+
+
+@contextlib.contextmanager
+def two_node_group(tmp_path: Path, fault_b: str, rank_b: int | None) -> Iterator[list[Any]]:
+    """A TP=4 group over two namespaced nodes (rank 0-1 on A, 2-3 on B), fault_b on node B."""
+    from vllmdiag_sim.deployment import STATE_ENV, Deployment
+
+    from fleet_fixtures import free_port
+
+    port = free_port("127.0.0.1")
+    deps: list[Any] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(STATE_ENV, str(tmp_path / "sim"))
+        try:
+            deps.append(Deployment.up(tp=4, namespace=True, nnodes=2, node_rank=0, master_port=port))
+            deps.append(Deployment.up(tp=4, namespace=True, nnodes=2, node_rank=1, master_port=port,
+                                      fault=fault_b, rank=rank_b))
+            yield deps
+        finally:
+            for dep in deps:
+                dep.down()

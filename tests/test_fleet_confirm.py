@@ -19,6 +19,7 @@ from vllmdiag.fleet.sweep import SweepPlan, fit_confirm
 from vllmdiag.fleet.transport import Transport, remote_argv
 
 from fleet_fixtures import ns_init_pid, skip_reason
+from sim_fixtures import two_node_group
 
 sim = pytest.importorskip("vllmdiag_sim.deployment")
 NODES = [pytest.mark.root, pytest.mark.slow]  # the sim-node tests (the first one is neither)
@@ -123,23 +124,11 @@ def test_a_given_sweep_timeout_stays_hard(fleet: dict[str, Any]) -> None:
 def test_a_rank_odd_across_nodes_outranks_the_waiting_shares_uniform_hang(tmp_path: Path) -> None:
     """TP=4 over two nodes, rank 3 (node B) a straggler: node A's share waits alike in the collective,
     which its own window would call a uniform hang; across nodes the culprit is rank 3 on node B."""
-    from fleet_fixtures import free_port
-
-    port = free_port("127.0.0.1")
-    deps: list[Any] = []
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(sim.STATE_ENV, str(tmp_path / "sim"))
-        try:
-            deps.append(sim.Deployment.up(tp=4, namespace=True, nnodes=2, node_rank=0, master_port=port))
-            deps.append(sim.Deployment.up(tp=4, namespace=True, nnodes=2, node_rank=1, master_port=port,
-                                          fault="straggler", rank=3))
-            for name, dep in zip(("gpu00", "gpu01"), deps, strict=True):
-                (tmp_path / name).symlink_to(f"/proc/{ns_init_pid(dep.launcher_pid)}")
-            rc, out, _ = sweep({"exec": f"nsenter --pid={tmp_path}/%h/ns/pid --mount={tmp_path}/%h/ns/mnt --"},
-                               "--confirm", CONFIRM)
-        finally:
-            for dep in deps:
-                dep.down()
+    with two_node_group(tmp_path, "straggler", 3) as deps:
+        for name, dep in zip(("gpu00", "gpu01"), deps, strict=True):
+            (tmp_path / name).symlink_to(f"/proc/{ns_init_pid(dep.launcher_pid)}")
+        rc, out, _ = sweep({"exec": f"nsenter --pid={tmp_path}/%h/ns/pid --mount={tmp_path}/%h/ns/mnt --"},
+                           "--confirm", CONFIRM)
     v = out["verdict"]
     assert (v["status"], v["layer"], v["culprits"][0]["node"], v["culprits"][0]["rank"]) == ("blocked", "gpu", "gpu01", 3)
     assert not [f for f in out["findings"] if f["code"] == "gpu.uniform_hang"], v["summary"]

@@ -4,38 +4,19 @@ and that rank, and a second sample confirms it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fleet_fixtures import NodeSpec, fleet, ns_init_pid, skip_reason
+from sim_fixtures import two_node_group
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
 sim = pytest.importorskip("vllmdiag_sim.deployment", reason="waits for simulator (issue 3)")
-
-
-@contextlib.contextmanager
-def two_node_group(tmp_path: Path, fault_b: str, rank_b: int | None) -> Iterator[list[Any]]:
-    from fleet_fixtures import free_port
-
-    port = free_port("127.0.0.1")
-    deps: list[Any] = []
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(sim.STATE_ENV, str(tmp_path / "sim"))
-        try:
-            deps.append(sim.Deployment.up(tp=4, namespace=True, nnodes=2, node_rank=0, master_port=port))
-            deps.append(sim.Deployment.up(tp=4, namespace=True, nnodes=2, node_rank=1, master_port=port,
-                                          fault=fault_b, rank=rank_b))
-            yield deps
-        finally:
-            for dep in deps:
-                dep.down()
 
 
 CODES = {"straggler": "fleet.rank_straggler", "collective-mismatch": "fleet.collective_mismatch"}
