@@ -2,7 +2,7 @@
 
 - ``offline``: a user's script runs `LLM(...)`; the EngineCore is its child (multiprocessing).
 - ``offline-inproc``: the same with `VLLM_ENABLE_V1_MULTIPROCESSING=0`: engine inside the script,
-  workers are the script's children.
+  workers are the script's children; at TP=1 there is no child, the model runs in the script.
 - ``ray``: a raylet is started first (a cluster started beforehand, like `ray start --head`), then
   `vllm serve --distributed-executor-backend ray`; the workers are the raylet's children.
 The orphaned engine is a fault (``api-killed``) on a running deployment of any shape with an API server.
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns")
 SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-killed"),
-                "offline-inproc": ("healthy", "straggler", "worker-stopped", "worker-killed"),
+                # TP=1: no child at all, the model runs in the script (UniProcExecutor)
+                "offline-inproc": ("healthy", "straggler", "worker-stopped", "worker-killed", "uniform-sync"),
                 # No worker-killed: the raylet reaps its actors at once (no zombie stays).
                 "ray": ("healthy", "healthy-load", "straggler", "collective-mismatch", "worker-stopped",
                         "worker-gone", "rpc-ring-full", "api-killed"),

@@ -112,6 +112,10 @@ def find_deployments(snapshot: Snapshot) -> list[Deployment]:
     _mark_starting_workers(procs, by_pid)
     ok = {n: snapshot.data(n) if snapshot.status(n) in ("ok", "partial") else None for n in ("sockets", "shm")}
     _mark_parents(procs, shapes.client_evidence(ok["sockets"], ok["shm"]))
+    nvml_pids = set(shapes.gpu_index_by_pid(snapshot.data("nvml"), procs))
+    for p in procs:  # untitled Pythons that map vLLM's kernels: an in-process engine only with evidence
+        if p.get("selected_as") == "vllm_mapped" and not p.get("role") and shapes.runs_engine(p, nvml_pids):
+            p["role"] = "llm_client"
     roots: dict[int, Deployment] = {}
     owner: dict[int, int] = {}
     for p in sorted(procs, key=lambda p: p["pid"]):
@@ -134,8 +138,8 @@ def find_deployments(snapshot: Snapshot) -> list[Deployment]:
                                      headless="--headless" in by_pid[root].get("cmdline", []))
         roots[root].processes.append(by_pid[pid])
     for root, dep in list(roots.items()):
-        if role_of(by_pid[root]) == "llm_client" and all(role_of(p) in ("llm_client", "resource_tracker")
-                                                         for p in dep.processes):
+        if role_of(by_pid[root]) == "llm_client" and by_pid[root].get("selected_as") != "vllm_mapped" and all(
+                role_of(p) in ("llm_client", "resource_tracker") for p in dep.processes):
             del roots[root]  # a Python that started no vLLM process of its own group: not a deployment
     for dep in roots.values():
         _shape(snapshot, dep, by_pid, ray_ties)
@@ -202,6 +206,11 @@ def _shape(snap: Snapshot, dep: Deployment, by_pid: dict[int, dict[str, Any]],
     role = role_of(root)
     if role == "llm_client":
         dep.kind = "offline_inprocess" if shapes.inprocess_engine(root) or not dep.engines else "offline"
+        if root.get("selected_as") == "vllm_mapped" and not dep.engines and not dep.workers:
+            # TP=1 in-process (InprocClient + UniProcExecutor): the script is the EngineCore and runs
+            # the model itself, so its stacks are read and compared like an EngineCore's.
+            dep.kind = "offline_inprocess"
+            root["role"], root["inprocess_engine"] = "engine_core", True
     elif role == "raylet":
         dep.kind = "ray_node"
     elif role == "engine_core":

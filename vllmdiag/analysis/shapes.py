@@ -69,6 +69,19 @@ def client_evidence(sockets: dict[str, Any] | None, shm: dict[str, Any] | None) 
     return {p for p in out if isinstance(p, int)}
 
 
+def runs_engine(proc: dict[str, Any], nvml_pids: set[int]) -> bool:
+    """An untitled Python that maps vLLM's compiled kernels (processes probe, ``vllm_mapped``) runs an
+    engine in-process when it also uses a GPU (a ``/dev/nvidiaN`` fd, or NVML lists it: NVML pids are
+    translated to ours by ``gpu_index_by_pid``) or was started with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``.
+    Importing the kernels alone (a tool, a test) is not an engine. The variable is also often set
+    in the script (``os.environ``), which /proc/<pid>/environ does not show: the GPU says it then."""
+    if not proc.get("vllm_extensions"):
+        return False
+    devices = [str(d) for d in proc.get("gpu_fds") or []]
+    gpu = any(d.removeprefix("/dev/nvidia").isdigit() for d in devices) or proc.get("pid") in nvml_pids
+    return gpu or inprocess_engine(proc)
+
+
 def inprocess_engine(root: dict[str, Any] | None) -> bool:
     return root is not None and str((root.get("environ") or {}).get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")) == "0"
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
+from vllmdiag.probes import _inproc
 from vllmdiag.probes._procfs import list_pids, parse_environ, parse_stat, read_cmdline, read_text, redact_argv
 from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.titles import parse_cmdline
@@ -51,6 +52,7 @@ def collect(ctx: Context) -> dict[str, Any]:
     parents = _parents(table, chosen)
     now = _uptime(ctx.proc_root)
     procs = [_describe(ctx, table[pid], ticks, page, btime, now) for pid in sorted(chosen | parents)]
+    procs += _inprocess(ctx, table, chosen | parents, (ticks, page, btime, now))
     above: list[dict[str, Any]] = []
     for p in procs:
         if p is not None and p["pid"] in parents:
@@ -87,6 +89,22 @@ def _select(table: dict[int, dict[str, Any]], prefix: str) -> set[int]:
                 chosen.add(child)
                 todo.append(child)
     return chosen
+
+
+def _inprocess(ctx: Context, table: dict[int, dict[str, Any]], taken: set[int], clock: tuple[int, int, float, float]
+               ) -> list[dict[str, Any]]:
+    """Untitled Python processes that map vLLM's compiled kernels (an in-process engine, or any
+    script that imported them): described with the evidence, ``role`` None, for analysis to judge."""
+    out = []
+    for pid in _inproc.candidates(table, taken | {os.getpid()}):
+        found = _inproc.evidence(ctx.proc(pid))
+        if found is not None:
+            desc = _describe(ctx, table[pid], *clock)
+            if desc is not None and not desc["environ"]:  # the watcher's cheap pass skips environ
+                desc["environ"] = parse_environ(read_text(ctx.proc(pid) / "environ") or "", ENV_KEEP)
+            if desc is not None:
+                out.append({**desc, **found})
+    return out
 
 
 def _python(proc: dict[str, Any]) -> bool:

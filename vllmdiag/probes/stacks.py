@@ -122,8 +122,9 @@ def find_py_spy() -> str | None:
 
 
 def select_targets(processes: dict[str, Any], pids: list[int] | None) -> list[dict[str, Any]]:
-    procs = [p for p in processes.get("processes", []) if p.get("role") in DUMP_ROLES
-             and p.get("pid") != processes.get("self_pid")]
+    # "vllm_mapped": an untitled Python mapping vLLM's kernels (an in-process engine, processes.py)
+    procs = [p for p in processes.get("processes", []) if (p.get("role") in DUMP_ROLES or
+             p.get("selected_as") == "vllm_mapped") and p.get("pid") != processes.get("self_pid")]
     if not pids:
         return procs
     wanted = same_trees(processes.get("processes", []), set(pids))

@@ -3,18 +3,22 @@
 With multiprocessing (vLLM's default) the script is the engine's client: it binds the input
 ROUTER and output PULL and forks `VLLM::EngineCore`, like the API server does. With
 `VLLM_ENABLE_V1_MULTIPROCESSING=0` (`InprocClient`) the engine runs inside the script and the
-workers are the script's own children. Nothing is retitled in the script itself.
+workers are the script's own children; at TP=1 (`UniProcExecutor`) there is no child at all and
+the model runs in the script. Nothing is retitled in the script itself; like real vLLM, it maps
+vLLM's compiled kernels (`vllm.platforms.cuda`), which is how a diagnosis finds it.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import zmq
 
 from vllmdiag_sim import collective, runtime
 from vllmdiag_sim.vllm.config.parallel import ParallelConfig
+from vllmdiag_sim.vllm.platforms.cuda import import_kernels
 from vllmdiag_sim.vllm.utils.network_utils import get_open_zmq_ipc_path, make_zmq_socket
 
 
@@ -22,6 +26,7 @@ class LLM:
     def __init__(self, model: str, tensor_parallel_size: int = 1) -> None:
         self.model = model
         self.pc = ParallelConfig(tensor_parallel_size, frontend=False)
+        import_kernels()
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
             self._start_inproc()
         else:
@@ -38,18 +43,39 @@ class LLM:
         wait_for_engine_startup(self.input_socket, self.engines)
 
     def _start_inproc(self) -> None:
-        from vllmdiag_sim.vllm.v1.engine.core import EngineCoreProc
+        from vllmdiag_sim.vllm.v1.engine.core_client import InprocClient
+        from vllmdiag_sim.vllm.v1.engine.llm_engine import LLMEngine
 
         hub = collective.listen(0) if self.pc.tensor_parallel_size > 1 else None
-        self.engine_core = EngineCoreProc(self.pc, 0, None, None, hub)
+        self.llm_engine = LLMEngine(InprocClient(self.pc, hub))
+
+    def generate(self) -> list[dict[str, Any]]:
+        return self._run_engine()
+
+    def _run_engine(self) -> list[dict[str, Any]]:
+        outputs: list[dict[str, Any]] = []
+        while self.llm_engine.has_unfinished_requests():
+            outputs += self.llm_engine.step()  # in-process: the engine step runs right here
+        return outputs
 
     def serve_forever(self) -> None:
-        """The sim's stand-in for a script calling generate() again and again: in-process, the
-        engine steps on the script's main thread (InprocClient), so a hung step shows there."""
-        if hasattr(self, "engine_core"):
-            self.engine_core.run_busy_loop()
+        """The sim's stand-in for a script calling generate() again and again. In-process, each
+        step runs on the script's main thread (InprocClient), so a hung step shows there; between
+        batches the script is in its own code, as a real one is (no vLLM frame at all)."""
+        if not hasattr(self, "llm_engine"):
+            while True:
+                time.sleep(1.0)
         while True:
-            time.sleep(1.0)
+            self._wait_for_prompts()
+            self.generate()
+
+    def _wait_for_prompts(self) -> None:
+        client = self.llm_engine.engine_core
+        while True:
+            client.sim_take_inputs()  # the sim's faults arrive as work
+            if client.has_work():
+                return
+            time.sleep(0.05)
 
 
 def main() -> None:

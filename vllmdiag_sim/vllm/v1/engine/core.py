@@ -19,6 +19,7 @@ import zmq
 
 from vllmdiag_sim import runtime
 from vllmdiag_sim.vllm.config.parallel import ParallelConfig
+from vllmdiag_sim.vllm.platforms.cuda import import_kernels
 from vllmdiag_sim.vllm.utils.network_utils import make_zmq_socket
 from vllmdiag_sim.vllm.utils.system_utils import set_process_title
 from vllmdiag_sim.vllm.v1.core.sched.scheduler import Scheduler
@@ -41,6 +42,7 @@ def _executor_class(pc: ParallelConfig) -> type[MultiprocExecutor]:
 class EngineCoreProc:
     def __init__(self, pc: ParallelConfig, dp_rank: int, input_addr: str | None,
                  output_addr: str | None, hub_sock: socket.socket | None) -> None:
+        import_kernels()  # before the executor forks workers: they inherit the mapping
         self.pc, self.dp_rank = pc, dp_rank
         self.input_queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.output_queue: queue.Queue[list[dict[str, Any]]] = queue.Queue()

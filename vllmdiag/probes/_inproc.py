@@ -1,0 +1,97 @@
+"""Evidence for user Python processes that may run vLLM inside themselves (used by processes.py).
+
+An offline `LLM()` at TP=1 with `VLLM_ENABLE_V1_MULTIPROCESSING=0` has no vLLM title and no vLLM
+child: the EngineCore (InprocClient) and the UniProcExecutor's model runner run in the user's
+script. What real vLLM 0.33 leaves visible without touching the target: its compiled kernels in
+``/proc/<pid>/maps`` (``vllm/platforms/cuda.py`` imports ``vllm._C_stable_libtorch`` at import,
+``import_kernels`` adds ``vllm._moe_C_stable_libtorch``; the attention kernels live under
+``vllm/vllm_flash_attn/``; older wheels ship ``vllm/_C.abi3.so``), the GPU device files it holds
+open, and its environment. This module only collects that evidence, for Python processes no title
+selected; analysis decides what they are.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+# A compiled extension directly in a `vllm` package directory (or its flash-attention subpackage).
+EXTENSION = re.compile(r"/vllm/(?:vllm_flash_attn/)?_[A-Za-z0-9_]*\.(?:abi3\.|cpython-[^/]*\.)?so$")
+PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*[a-z]?$")
+MAPS_LIMIT = 4 << 20  # bytes of maps read per candidate at most (a CUDA process has ~1 MB)
+MAPS_CHUNK = 64 << 10
+MAX_FDS = 4096
+MAX_CANDIDATES = 64  # a node with hundreds of Python processes: the 64 largest (RSS) are read
+
+
+def is_python(argv: list[str]) -> bool:
+    return bool(argv) and bool(PYTHON.match(argv[0].rsplit("/", 1)[-1]))
+
+
+def extensions_in(maps_text: str) -> list[str]:
+    """vLLM extension paths in a maps text (deleted files keep their name: ` (deleted)` is cut)."""
+    out: dict[str, None] = {}
+    for line in maps_text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6:
+            path = parts[5].removesuffix(" (deleted)")
+            if EXTENSION.search(path):
+                out.setdefault(path, None)
+    return list(out)
+
+
+def mapped_extensions(maps: Path, limit: int = MAPS_LIMIT) -> tuple[list[str], bool]:
+    """Read maps in chunks until a vLLM extension shows (then stop) or ``limit`` bytes were read.
+    Returns (paths, complete): complete False when the limit cut the read short."""
+    got, tail = 0, ""
+    try:
+        with open(maps, "rb") as fh:
+            while got < limit:
+                chunk = fh.read(min(MAPS_CHUNK, limit - got))
+                if not chunk:
+                    return [], True
+                got += len(chunk)
+                text = tail + chunk.decode("utf-8", "replace")
+                lines, _, tail = text.rpartition("\n")
+                found = extensions_in(lines)
+                if found:
+                    return found[:4], True
+    except OSError:
+        return [], True  # vanished or not ours to read: no evidence either way
+    return extensions_in(tail)[:4], False
+
+
+def gpu_device_fds(fd_dir: Path) -> list[str] | None:
+    """Distinct ``/dev/nvidia*`` files held open (None: fds not readable)."""
+    try:
+        names = os.listdir(fd_dir)[:MAX_FDS]
+    except OSError:
+        return None
+    out: set[str] = set()
+    for name in names:
+        try:
+            target = os.readlink(fd_dir / name)
+        except OSError:
+            continue
+        if target.startswith("/dev/nvidia"):
+            out.add(target)
+    return sorted(out)[:16]
+
+
+def candidates(table: dict[int, dict[str, Any]], skip: set[int]) -> list[int]:
+    """Python processes not selected otherwise, largest first (vLLM's kernels, torch and CUDA weigh
+    hundreds of MB; a small helper script is the least likely engine)."""
+    pids = [pid for pid, row in table.items() if pid not in skip and is_python(row.get("argv") or [])]
+    pids.sort(key=lambda pid: (-int(table[pid]["stat"].get("rss_pages") or 0), pid))
+    return pids[:MAX_CANDIDATES]
+
+
+def evidence(proc_dir: Path) -> dict[str, Any] | None:
+    """The in-process evidence of one Python process, or None when it maps no vLLM extension."""
+    found, complete = mapped_extensions(proc_dir / "maps")
+    if not found:
+        return None
+    return {"selected_as": "vllm_mapped", "vllm_extensions": found, "maps_complete": complete,
+            "gpu_fds": gpu_device_fds(proc_dir / "fd")}
