@@ -45,8 +45,9 @@ def _rank(fault: str, tp: int) -> int | None:
 
 def _blames(c: Culprit, who: str | None, dep: Any, fault: str, rank: int | None) -> bool:
     if who == "group":
-        if dep.tp == 1:
-            return c.role == "engine_core" and c.pid == dep.engine_pid()
+        if dep.tp == 1:  # in-process LLM() (offline-inproc): the user's script is the EngineCore
+            engine = dep.root_pid if dep.shape == "offline-inproc" else dep.engine_pid()
+            return c.role == "engine_core" and c.pid == engine
         return c.role == "rank_group" and c.title == f"Worker_TP[0-{dep.tp - 1}]"
     if who == "worker":
         if fault == "response-ring-full":
@@ -101,6 +102,9 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("offline-inproc", "healthy", 2, None): ("healthy", None, None),
     ("offline-inproc", "straggler", 4, 2): ("blocked", "gpu", "worker"),
     ("offline-inproc", "worker-stopped", 2, 0): ("blocked", "process", "worker"),
+    # TP=1 in-process: no titled vLLM process at all, the model runs in the script (found by vLLM's kernels)
+    ("offline-inproc", "healthy", 1, None): EXPECTED["healthy"],
+    ("offline-inproc", "uniform-sync", 1, None): EXPECTED["uniform-sync"],
     ("ray", "healthy", 2, None): ("healthy", None, None),
     ("ray", "healthy-load", 2, None): ("healthy", None, None),
     ("ray", "straggler", 4, 1): ("blocked", "gpu", "worker"),

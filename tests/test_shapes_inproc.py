@@ -1,0 +1,229 @@
+"""Offline `LLM()` at TP=1 with `VLLM_ENABLE_V1_MULTIPROCESSING=0`: no titled vLLM process at all, the
+engine (InprocClient) and the UniProcExecutor's model runner run inside the user's script (issue 14).
+
+What real vLLM 0.33 leaves visible is its compiled kernels in /proc/<pid>/maps (the wheel ships
+`vllm/_C_stable_libtorch.abi3.so`, `vllm/_moe_C_stable_libtorch.abi3.so`,
+`vllm/vllm_flash_attn/_vllm_fa{2,3}_C.abi3.so`; `vllm/platforms/cuda.py` imports the first at import),
+its GPU device fds, NVML's compute-process list and its environment. Snapshots here carry those; the
+live tests run real Python processes that map a file of that name.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.analysis.deployments import find_deployments
+from vllmdiag.analysis.engine import Report, analyze
+from vllmdiag.model import ProbeResult, Snapshot
+from vllmdiag.probes import _inproc
+
+SITE = "/usr/local/lib/python3.12/dist-packages"
+T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
+MAPS = (f"7f1a00000000-7f1a04000000 r-xp 00000000 08:01 11 {SITE}/torch/lib/libtorch_cuda.so\n"
+        f"7f1b00000000-7f1b00400000 r--p 00000000 08:01 12 {SITE}/vllm/_C_stable_libtorch.abi3.so\n"
+        f"7f1b00400000-7f1b05000000 r-xp 00400000 08:01 12 {SITE}/vllm/_C_stable_libtorch.abi3.so\n")
+# The in-process engine's step as vLLM 0.33 runs it: LLM.generate -> LLMEngine.step -> InprocClient.get_output
+# -> EngineCore.step -> UniProcExecutor -> Worker -> GPUModelRunner (innermost last here).
+GENERATE = [("<module>", "run.py"), ("generate", "vllm/entrypoints/llm.py"), ("_run_engine", "vllm/entrypoints/llm.py"),
+            ("step", "vllm/v1/engine/llm_engine.py"), ("get_output", "vllm/v1/engine/core_client.py"),
+            ("step", "vllm/v1/engine/core.py"), ("execute_model", "vllm/v1/executor/uniproc_executor.py"),
+            ("collective_rpc", "vllm/v1/executor/uniproc_executor.py"), ("run_method", "vllm/utils/__init__.py"),
+            ("execute_model", "vllm/v1/worker/gpu_worker.py"), ("execute_model", "vllm/v1/worker/gpu_model_runner.py")]
+WEDGED = [*GENERATE, ("_to_list", "vllm/v1/worker/gpu_model_runner.py"), ("synchronize", "torch/cuda/streams.py")]
+USER_CODE = [("<module>", "run.py"), ("main", "run.py"), ("sleep", "time.py")]  # between generate() calls
+
+
+# ---- probe side: what is read from /proc ---------------------------------------------------------
+@pytest.mark.parametrize("path,hit", [
+    (f"{SITE}/vllm/_C_stable_libtorch.abi3.so", True),
+    (f"{SITE}/vllm/_moe_C_stable_libtorch.abi3.so", True),
+    (f"{SITE}/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", True),
+    ("/src/vllm/vllm/_C.abi3.so", True),  # an editable install of an older tree
+    (f"{SITE}/vllm/_C_stable_libtorch.abi3.so (deleted)", True),  # reinstalled under a running script
+    (f"{SITE}/torch/lib/libtorch_cuda.so", False),
+    ("/home/u/vllm-tools/_helper.so", False),
+    ("/usr/lib/libvllm.so", False),
+    (f"{SITE}/vllm/__init__.py", False),
+])
+def test_extension_names_from_the_real_wheel(path: str, hit: bool) -> None:
+    line = f"7f00-7f10 r-xp 00000000 08:01 42 {path}\n"
+    assert bool(_inproc.extensions_in(line)) is hit
+
+
+def test_maps_are_read_in_bounded_chunks_and_stop_at_the_first_hit(tmp_path: Path) -> None:
+    filler = "".join(f"{i:012x}-{i + 1:012x} r--p 00000000 08:01 9 /usr/lib/libfiller{i}.so\n" for i in range(40000))
+    late = tmp_path / "late"
+    late.write_text(filler + MAPS)
+    found, complete = _inproc.mapped_extensions(late, limit=64 << 10)
+    assert (found, complete) == ([], False), "past the bound: no claim, and the cut is recorded"
+    found, complete = _inproc.mapped_extensions(late)
+    assert found == [f"{SITE}/vllm/_C_stable_libtorch.abi3.so"] and complete
+    assert _inproc.mapped_extensions(tmp_path / "gone") == ([], True)
+
+
+def test_only_python_interpreters_are_candidates() -> None:
+    assert _inproc.is_python(["/usr/bin/python3.12", "run.py"]) and _inproc.is_python(["python", "-m", "x"])
+    assert not _inproc.is_python(["/usr/bin/vllm", "serve"]) and not _inproc.is_python(["bash", "python"])
+    assert not _inproc.is_python([])
+
+
+# ---- analysis side: synthetic snapshots built like real vLLM 0.33 shows them ---------------------
+def script(pid: int = 500, **extra: Any) -> dict[str, Any]:
+    argv = ["/usr/bin/python3", "run.py"]
+    out = {"pid": pid, "ppid": 400, "pgid": pid, "role": None, "title": " ".join(argv), "cmdline": argv, "titled": False,
+           "name": None, "ranks": {}, "state": "S", "comm": "python3", "environ": {}, "selected_as": "vllm_mapped",
+           "vllm_extensions": [f"{SITE}/vllm/_C_stable_libtorch.abi3.so"], "maps_complete": True, "gpu_fds": []}
+    out.update(extra)
+    return out
+
+
+def snapshot(procs: list[dict[str, Any]], chain: list[tuple[str, str]] | None, at_s: float = 0.0,
+             nvml: dict[str, Any] | None = None) -> Snapshot:
+    dumps = [{"pid": p["pid"], "status": "ok",
+              "threads": [{"name": "MainThread", "frames": [[f, file, 10] for f, file in reversed(chain)]}]}
+             for p in procs] if chain else []
+    probes = {"processes": ProbeResult("ok", 0.0, None, {"processes": procs, "parents": []}),
+              "stacks": ProbeResult("ok", 0.1, None, {"dumps": dumps})}
+    if nvml is not None:
+        probes["nvml"] = ProbeResult("ok", 0.1, None, nvml)
+    return Snapshot("n1", (T0 + dt.timedelta(seconds=at_s)).isoformat(), "", 0.5, probes)
+
+
+def judged(first: Snapshot, *later: Snapshot) -> Report:
+    first.passes = list(later)
+    live = analyze([first])
+    offline = analyze([Snapshot.from_dict(json.loads(json.dumps(first.to_dict())))])
+    assert offline.verdict.to_dict() == live.verdict.to_dict(), "analyze of the saved snapshot must agree"
+    return live
+
+
+@pytest.mark.parametrize("evidence", [
+    {"gpu_fds": ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"]},
+    {"environ": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
+    {"nspid": [500, 7]},  # NVML lists the host pid; a containerised script knows itself as 7: both are found
+])
+def test_an_in_process_engine_is_its_own_deployment(evidence: dict[str, Any]) -> None:
+    nvml = {"gpus": [{"index": 3, "processes": [{"pid": 500}]}]} if "nspid" in evidence else None
+    s = snapshot([script(**evidence)], USER_CODE, nvml=nvml)
+    (dep,) = find_deployments(s)
+    assert (dep.kind, dep.root_pid, [p["pid"] for p in dep.engines], dep.workers) == ("offline_inprocess", 500, [500], [])
+    rep = judged(s)
+    assert rep.verdict.status == "healthy", rep.verdict.summary
+    assert "Idle: no work in flight" in rep.verdict.summary  # never "moving": nothing was seen to move
+    assert not [f for f in rep.findings if f.severity != "info"], [f.code for f in rep.findings]
+
+
+def test_a_wedged_in_process_step_names_the_script() -> None:
+    procs = [script(gpu_fds=["/dev/nvidia0"])]
+    rep = judged(snapshot(procs, WEDGED, 0), snapshot(procs, WEDGED, 2), snapshot(procs, WEDGED, 4))
+    v = rep.verdict
+    assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
+    assert (v.culprits[0].pid, v.culprits[0].role) == (500, "engine_core")
+    assert "run.py" in v.culprits[0].title
+    assert any(f.code == "gpu.engine_step_stuck" and f.pids == [500] for f in rep.findings)
+
+
+def test_a_step_that_moves_is_not_a_hang() -> None:
+    procs = [script(gpu_fds=["/dev/nvidia0"])]
+    moving = [*GENERATE, ("_model_forward", "vllm/v1/worker/gpu_model_runner.py")]
+    rep = judged(snapshot(procs, WEDGED, 0), snapshot(procs, moving, 4))
+    assert rep.verdict.status == "healthy", rep.verdict.summary
+
+
+def test_a_stopped_in_process_engine_is_blocked_at_the_process_layer() -> None:
+    rep = judged(snapshot([script(gpu_fds=["/dev/nvidia0"], state="T")], None))
+    v = rep.verdict
+    assert (v.status, v.layer, v.culprits[0].pid) == ("blocked", "process", 500), v.summary
+
+
+@pytest.mark.parametrize("proc", [
+    script(),  # imported vLLM's kernels, no GPU, no in-process setting: a tool, a test, a notebook cell
+    script(vllm_extensions=[]),  # an old or odd entry without the evidence
+    script(selected_as=None, gpu_fds=["/dev/nvidia0"]),  # an unselected untitled Python (pre-issue-14 snapshots)
+    script(gpu_fds=["/dev/nvidiactl", "/dev/nvidia-uvm"]),  # control devices only: no GPU of its own
+])
+def test_a_python_without_engine_evidence_is_never_a_deployment(proc: dict[str, Any]) -> None:
+    s = snapshot([proc], USER_CODE)
+    assert find_deployments(s) == []
+    assert analyze([s]).verdict.status == "no-deployment"
+
+
+def test_old_real_snapshots_analyze_the_same() -> None:
+    """Snapshots from before this evidence existed have no ``vllm_mapped`` entries: same verdicts."""
+    for name, status in (("snap-a-healthy.json", "healthy"), ("snap-b-worker-tp2-stuck.json", "blocked")):
+        data = json.loads((Path(__file__).parent / "data" / "vllm-real" / name).read_text())
+        rep = analyze([Snapshot.from_dict(data)])
+        assert rep.verdict.status == status
+        assert all(d.kind != "offline_inprocess" for d in find_deployments(Snapshot.from_dict(data)))
+
+
+# ---- live: real processes, the real processes probe, py-spy ------------------------------------
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy needs root to read another process's stack")
+MAPPER = """
+import mmap, sys, time
+with open(sys.argv[1], "rb") as fh:
+    keep = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+open(sys.argv[2], "w").close()
+time.sleep(120)
+"""
+
+
+@pytest.fixture()
+def pythons(tmp_path: Path) -> Iterator[dict[str, int]]:
+    ext = tmp_path / "site-packages" / "vllm" / "_C_stable_libtorch.abi3.so"
+    ext.parent.mkdir(parents=True)
+    ext.write_bytes(b"placeholder")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    specs = {"engine": ([sys.executable, "-c", MAPPER, str(ext), str(tmp_path / "engine")],
+                        {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}),
+             "kernels_only": ([sys.executable, "-c", MAPPER, str(ext), str(tmp_path / "kernels_only")], env),
+             # `pip download vllm`: vllm in its argv, nothing of vLLM in its memory
+             "pip_like": ([sys.executable, "-c", "import time; time.sleep(120)", "pip", "download", "vllm==0.33.0"], env),
+             "plain": ([sys.executable, "-c", "import time; time.sleep(120)"], env)}
+    procs = {name: subprocess.Popen(argv, env=e, stdin=subprocess.DEVNULL) for name, (argv, e) in specs.items()}
+    try:
+        deadline = time.monotonic() + 20
+        while not all((tmp_path / n).exists() for n in ("engine", "kernels_only")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        yield {name: p.pid for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait(timeout=10)
+
+
+@needs_root
+def test_live_probe_records_the_evidence_and_only_the_engine_is_a_deployment(pythons: dict[str, int]) -> None:
+    from vllmdiag.api import triage
+
+    result = triage(pids=list(pythons.values()), budget_s=8, confirm_s=0)
+    snap = result.report.snapshots[0]
+    rows = {p["pid"]: p for p in snap.data("processes")["processes"]}
+    assert rows[pythons["engine"]]["selected_as"] == "vllm_mapped"
+    assert rows[pythons["engine"]]["vllm_extensions"][0].endswith("/vllm/_C_stable_libtorch.abi3.so")
+    assert rows[pythons["engine"]]["environ"].get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    assert pythons["pip_like"] not in rows and pythons["plain"] not in rows
+    assert any(d.get("pid") == pythons["engine"] and d.get("status") == "ok" for d in snap.data("stacks")["dumps"])
+    assert [d.root_pid for d in result.report.deployments] == [pythons["engine"]]
+    assert [(d.root_pid, d.kind) for d in find_deployments(snap)] == [(pythons["engine"], "offline_inprocess")]
+    assert result.report.verdict.status == "healthy", result.report.verdict.summary
+    again = analyze([Snapshot.from_dict(json.loads(json.dumps(snap.to_dict())))])
+    assert again.verdict.to_dict() == result.report.verdict.to_dict()
+
+
+@needs_root
+def test_live_unrelated_pythons_are_no_deployment(pythons: dict[str, int]) -> None:
+    from vllmdiag.api import triage
+
+    result = triage(pids=[pythons["kernels_only"], pythons["pip_like"], pythons["plain"]], budget_s=8, confirm_s=0)
+    assert result.report.verdict.status == "no-deployment", result.report.verdict.summary
