@@ -77,6 +77,15 @@ def test_only_python_interpreters_are_candidates() -> None:
     assert not _inproc.is_python([])
 
 
+def test_candidates_are_unselected_pythons_big_enough_to_hold_torch() -> None:
+    def row(argv: list[str], vsize: int, rss: int = 0) -> dict[str, Any]:
+        return {"argv": argv, "stat": {"vsize_bytes": vsize, "rss_pages": rss}}
+
+    table = {1: row(["python3", "run.py"], 3 << 30, 100), 2: row(["python3", "tool.py"], 30 << 20),
+             3: row(["bash"], 5 << 30), 4: row(["/usr/bin/python3.12"], 1 << 30, 900), 5: row(["python3"], 9 << 30)}
+    assert _inproc.candidates(table, {5}) == [4, 1]  # largest resident first; 5 is taken, 2 too small
+
+
 # ---- analysis side: synthetic snapshots built like real vLLM 0.33 shows them ---------------------
 def script(pid: int = 500, **extra: Any) -> dict[str, Any]:
     argv = ["/usr/bin/python3", "run.py"]
@@ -173,6 +182,7 @@ MAPPER = """
 import mmap, sys, time
 with open(sys.argv[1], "rb") as fh:
     keep = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+torch_and_cuda = mmap.mmap(-1, 2 << 30, prot=mmap.PROT_READ, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 open(sys.argv[2], "w").close()
 time.sleep(120)
 """
@@ -215,9 +225,11 @@ def test_live_probe_records_the_evidence_and_only_the_engine_is_a_deployment(pyt
     assert pythons["pip_like"] not in rows and pythons["plain"] not in rows
     assert any(d.get("pid") == pythons["engine"] and d.get("status") == "ok" for d in snap.data("stacks")["dumps"])
     assert [d.root_pid for d in result.report.deployments] == [pythons["engine"]]
-    assert [(d.root_pid, d.kind) for d in find_deployments(snap)] == [(pythons["engine"], "offline_inprocess")]
+    deps = find_deployments(snap)  # the whole node (other deployments may run on it): ours only
+    assert [d.kind for d in deps if d.root_pid == pythons["engine"]] == ["offline_inprocess"]
+    assert not {pythons[n] for n in ("kernels_only", "pip_like", "plain")} & {p for d in deps for p in d.pids}
     assert result.report.verdict.status == "healthy", result.report.verdict.summary
-    again = analyze([Snapshot.from_dict(json.loads(json.dumps(snap.to_dict())))])
+    again = analyze([Snapshot.from_dict(json.loads(json.dumps(snap.to_dict())))], set(pythons.values()))
     assert again.verdict.to_dict() == result.report.verdict.to_dict()
 
 

@@ -24,6 +24,10 @@ MAPS_LIMIT = 4 << 20  # bytes of maps read per candidate at most (a CUDA process
 MAPS_CHUNK = 64 << 10
 MAX_FDS = 4096
 MAX_CANDIDATES = 64  # a node with hundreds of Python processes: the 64 largest (RSS) are read
+# vLLM's kernels link libtorch: a process that mapped them maps libtorch_cpu (~0.5 GB of file) and,
+# on CUDA, libtorch_cuda and cuBLAS (GBs) too. Virtual size counts mapped files whether or not their
+# pages are resident (swapping does not shrink it), so below this the maps are not worth reading.
+MIN_VSIZE_BYTES = 512 << 20
 
 
 def is_python(argv: list[str]) -> bool:
@@ -83,7 +87,8 @@ def gpu_device_fds(fd_dir: Path) -> list[str] | None:
 def candidates(table: dict[int, dict[str, Any]], skip: set[int]) -> list[int]:
     """Python processes not selected otherwise, largest first (vLLM's kernels, torch and CUDA weigh
     hundreds of MB; a small helper script is the least likely engine)."""
-    pids = [pid for pid, row in table.items() if pid not in skip and is_python(row.get("argv") or [])]
+    pids = [pid for pid, row in table.items() if pid not in skip and is_python(row.get("argv") or [])
+            and int(row["stat"].get("vsize_bytes") or MIN_VSIZE_BYTES) >= MIN_VSIZE_BYTES]
     pids.sort(key=lambda pid: (-int(table[pid]["stat"].get("rss_pages") or 0), pid))
     return pids[:MAX_CANDIDATES]
 

@@ -54,6 +54,7 @@ def parse_stat(text: str) -> dict[str, int | str] | None:
         "stime_ticks": int(rest[12]),
         "num_threads": int(rest[17]),
         "starttime_ticks": int(rest[19]),
+        "vsize_bytes": int(rest[20]),
         "rss_pages": int(rest[21]),
     }
 

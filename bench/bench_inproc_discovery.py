@@ -1,0 +1,90 @@
+"""Cost of finding in-process engines (offline LLM() at TP=1, no vLLM title) on a busy node.
+
+The processes probe reads /proc/<pid>/maps of untitled Python processes (bounded, early exit) to
+find vLLM's compiled kernels. This starts enough processes to reach ~300 on the node (a mix of
+Python interpreters with some C extensions loaded, and plain `sleep`s, plus one Python mapping a
+file named like vLLM's extension) and compares the processes probe with and without that scan.
+Reported as a ratio and medians; never asserted in tests.
+
+    python bench/bench_inproc_discovery.py [--total 300] [--pythons 60] [--runs 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+from vllmdiag.context import Context
+from vllmdiag.probes import _inproc, processes
+
+PY_IDLE = "import ssl, sqlite3, ctypes, decimal, json, time; time.sleep(600)"
+MAPPER = ("import mmap, sys, time\nwith open(sys.argv[1], 'rb') as fh:\n"
+          "    keep = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)\n"
+          "torch_and_cuda = mmap.mmap(-1, 2 << 30, prot=mmap.PROT_READ,\n"
+          "                           flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n"
+          "time.sleep(600)\n")
+
+
+def _timed(runs: int, scan: bool) -> list[float]:
+    out = []
+    for _ in range(runs):
+        ctx = Context()
+        start = time.perf_counter()
+        if scan:
+            data = processes.collect(ctx)
+        else:
+            with mock.patch.object(_inproc, "candidates", lambda table, skip: []):
+                data = processes.collect(ctx)
+        out.append(time.perf_counter() - start)
+        assert isinstance(data, dict)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--total", type=int, default=300)
+    ap.add_argument("--pythons", type=int, default=60)
+    ap.add_argument("--runs", type=int, default=15)
+    args = ap.parse_args()
+    have = sum(1 for n in os.listdir("/proc") if n.isdigit())
+    tmp = Path(tempfile.mkdtemp(prefix="inproc-bench-"))
+    ext = tmp / "site-packages" / "vllm" / "_C_stable_libtorch.abi3.so"
+    ext.parent.mkdir(parents=True)
+    ext.write_bytes(b"placeholder")
+    extra = max(0, args.total - have - 1)
+    pys = min(args.pythons, extra)
+    procs = [subprocess.Popen([sys.executable, "-c", PY_IDLE]) for _ in range(pys)]
+    procs += [subprocess.Popen(["sleep", "600"]) for _ in range(extra - pys)]
+    procs.append(subprocess.Popen([sys.executable, "-c", MAPPER, str(ext)],
+                                  env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}))
+    try:
+        time.sleep(2.0)  # let the interpreters finish importing
+        data = processes.collect(Context())
+        found = [p["pid"] for p in data["processes"] if p.get("selected_as") == "vllm_mapped"]
+        without = _timed(args.runs, scan=False)
+        with_scan = _timed(args.runs, scan=True)
+        a, b = statistics.median(without), statistics.median(with_scan)
+        print(f"processes on the node: {data['pid_count']} (python interpreters started: {pys + 1})")
+        print(f"in-process engines found: {len(found)} (expected pid {procs[-1].pid} among {found})")
+        print(f"processes probe without the scan: median {a * 1000:.1f} ms")
+        print(f"processes probe with the scan:    median {b * 1000:.1f} ms  (ratio {b / a:.2f}x, "
+              f"+{(b - a) * 1000:.1f} ms)")
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait(timeout=10)
+        ext.unlink()
+        for d in (ext.parent, ext.parent.parent, tmp):
+            d.rmdir()
+
+
+if __name__ == "__main__":
+    main()
