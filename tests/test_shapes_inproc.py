@@ -130,6 +130,8 @@ def test_an_in_process_engine_is_its_own_deployment(evidence: dict[str, Any]) ->
     assert rep.verdict.status == "healthy", rep.verdict.summary
     assert "Idle: no work in flight" in rep.verdict.summary  # never "moving": nothing was seen to move
     assert not [f for f in rep.findings if f.severity != "info"], [f.code for f in rep.findings]
+    shape = next(f for f in rep.findings if f.code == "process.shape")
+    assert "vllm/_C_stable_libtorch.abi3.so" in shape.message and shape.evidence["inprocess"]["extensions"]
 
 
 def test_a_wedged_in_process_step_names_the_script() -> None:
@@ -138,7 +140,8 @@ def test_a_wedged_in_process_step_names_the_script() -> None:
     v = rep.verdict
     assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
     assert (v.culprits[0].pid, v.culprits[0].role) == (500, "engine_core")
-    assert "run.py" in v.culprits[0].title
+    assert v.culprits[0].title == "run.py"  # what the person typed, not the interpreter's path
+    assert "inside the user's script run.py (pid 500" in v.summary
     assert any(f.code == "gpu.engine_step_stuck" and f.pids == [500] for f in rep.findings)
 
 

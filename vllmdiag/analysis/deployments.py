@@ -38,6 +38,8 @@ class Deployment:
     # How Ray workers were tied to this engine, and how their ranks were found (evidence).
     ray: dict[str, Any] = field(default_factory=dict)
     adopter: dict[str, Any] | None = None  # the orphaned engine's new parent (init, subreaper, shell)
+    # TP=1 in-process engine (no vLLM title): what says the script runs vLLM (kernels mapped, GPU, env).
+    inprocess: dict[str, Any] = field(default_factory=dict)
 
     def by_pid(self, pid: int) -> dict[str, Any] | None:
         return next((p for p in self.processes if p["pid"] == pid), None)
@@ -86,7 +88,7 @@ MAX_TITLE = 200  # bounded (a cmdline is untrusted), but long enough for the mod
 def display_title(proc: dict[str, Any]) -> str:
     if proc.get("titled"):
         return str(proc.get("title", "")).split(" ")[0]
-    if role_of(proc) == "api_server":
+    if role_of(proc) == "api_server" or proc.get("inprocess_engine"):
         return short_command(proc.get("cmdline") or [])[:MAX_TITLE]
     return str(proc.get("title") or proc.get("comm") or "")[:MAX_TITLE]
 
@@ -211,6 +213,7 @@ def _shape(snap: Snapshot, dep: Deployment, by_pid: dict[int, dict[str, Any]],
             # the model itself, so its stacks are read and compared like an EngineCore's.
             dep.kind = "offline_inprocess"
             root["role"], root["inprocess_engine"] = "engine_core", True
+            dep.inprocess = shapes.inprocess_evidence(root, set(shapes.gpu_index_by_pid(snap.data("nvml"), [root])))
     elif role == "raylet":
         dep.kind = "ray_node"
     elif role == "engine_core":

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from vllmdiag.analysis.common import culprit, finding
-from vllmdiag.analysis.deployments import Deployment
+from vllmdiag.analysis.deployments import Deployment, display_title
 from vllmdiag.analysis.gpu import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
 from vllmdiag.analysis.progress import Progress, all_passes, deployment_progress, is_stalled
 from vllmdiag.analysis.stacks import StackClass
@@ -177,7 +177,9 @@ def _engine_shape(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, d
         if sc is None or sc.name not in ENGINE_STEP or eng.get("state") in ("Z", "X", "T", "t"):
             continue
         nvml, picture = _nvml_picture([eng["pid"]], gpus)
-        msg = (f"The EngineCore (pid {eng['pid']}) runs the model itself (no workers) and its step holds in "
+        who = (f"The engine inside the user's script {display_title(eng)} (pid {eng['pid']}, LLM() in-process)"
+               if eng.get("inprocess_engine") else f"The EngineCore (pid {eng['pid']})")
+        msg = (f"{who} runs the model itself (no workers) and its step holds in "
                f"{sc.label} at {site or sc.where} while nothing moved{picture}.")
         out.append(finding("gpu.engine_step_stuck", LAYER, "critical", snap, dep, msg, [eng["pid"]],
                            {"class": sc.label, "where": sc.where, "call_site": site, "key_frames": sc.key_frames,

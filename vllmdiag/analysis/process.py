@@ -135,8 +135,16 @@ def _shape(snap: Snapshot, dep: Deployment) -> list[Finding]:
     if dep.executor == "ray":
         ray = (f"; Ray executor: {len(dep.ray.get('workers', []))} worker(s) tied by "
                f"{' and '.join(dep.ray.get('ties') or ['nothing'])}, ranks by {dep.ray.get('rank_source')}")
-    return [finding("process.shape", LAYER, "info", snap, dep, f"Deployment shape: {what}{ray}.", [],
-                    {"kind": dep.kind, "executor": dep.executor, "ray": dep.ray}, [])]
+    inproc = ""
+    if dep.inprocess:  # TP=1 in-process: no vLLM title; say why this Python counts as an engine
+        ev = dep.inprocess
+        why = [f"GPU device {', '.join(ev['gpu_fds'])} open" if ev.get("gpu_fds") else "",
+               "listed by NVML" if ev.get("nvml") else "",
+               "started with VLLM_ENABLE_V1_MULTIPROCESSING=0" if ev.get("multiprocessing_off") else ""]
+        inproc = (f" (TP=1, no vLLM-titled process: it maps vLLM's kernels {', '.join(ev.get('extensions') or [])}; "
+                  + "; ".join(w for w in why if w) + ")")
+    return [finding("process.shape", LAYER, "info", snap, dep, f"Deployment shape: {what}{ray}{inproc}.", [],
+                    {"kind": dep.kind, "executor": dep.executor, "ray": dep.ray, "inprocess": dep.inprocess}, [])]
 
 
 def _inprocess_engine(api: dict[str, Any]) -> bool:

@@ -82,6 +82,14 @@ def runs_engine(proc: dict[str, Any], nvml_pids: set[int]) -> bool:
     return gpu or inprocess_engine(proc)
 
 
+def inprocess_evidence(proc: dict[str, Any], nvml_pids: set[int]) -> dict[str, Any]:
+    """What ``runs_engine`` went by, for the report: the kernels, the GPU (fds, NVML), the setting."""
+    return {"extensions": [str(e).rsplit("/", 2)[-2] + "/" + str(e).rsplit("/", 1)[-1]
+                           for e in (proc.get("vllm_extensions") or [])[:2]],
+            "gpu_fds": [str(d) for d in proc.get("gpu_fds") or [] if str(d).removeprefix("/dev/nvidia").isdigit()],
+            "nvml": proc.get("pid") in nvml_pids, "multiprocessing_off": inprocess_engine(proc)}
+
+
 def inprocess_engine(root: dict[str, Any] | None) -> bool:
     return root is not None and str((root.get("environ") or {}).get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")) == "0"
 
