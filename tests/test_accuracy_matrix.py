@@ -27,7 +27,8 @@ TPS = (2, 4, 8)
 # demo grades against too). shm-small is a start fault of a namespaced node (tests/test_sim_namespace.py);
 # api-killed and dp-out-of-step belong to deployment shapes (the shape rows below).
 EXPECT: dict[str, tuple[str, str | None, str | None]] = {
-    fault: answer for fault, answer in EXPECTED.items() if fault not in {"shm-small", "api-killed", "dp-out-of-step"}}
+    fault: answer for fault, answer in EXPECTED.items()
+    if fault not in {"shm-small", "api-killed", "dp-out-of-step", "pp-stage-stuck"}}
 # Faults whose TP sizes differ from TPS (TP=1 runs the model in the EngineCore: no group, no workers).
 FAULT_TPS: dict[str, tuple[int, ...]] = {"uniform-collective": (2, 4, 8), "uniform-sync": (1, 2, 4, 8),
                                          "long-step": (1, 2, 4, 8), "healthy-slow": (1, 2, 4, 8), "compiling": (2, 4, 8),
@@ -123,7 +124,20 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("ns", "healthy", 2, None): ("healthy", None, None),
     ("ns", "straggler", 2, 1): ("blocked", "gpu", "worker"),
     ("ns", "api-killed", 2, None): ("blocked", "process", "api_server_gone"),
+    # PP=2 x TP: rank = the stage that wedges (pp-stage-stuck), the global rank p * TP + t (straggler)
+    ("pp", "healthy", 2, None): ("healthy", None, None),
+    ("pp", "healthy-load", 2, None): ("healthy", None, None),
+    ("pp", "pp-stage-stuck", 2, 0): ("blocked", "gpu", "pp_stage"),
+    ("pp", "straggler", 2, 1): ("blocked", "gpu", "worker"),
 }
+
+
+def _blames_stage(c: Culprit, dep: Any, stage: int) -> bool:
+    """The stuck PP stage as a whole (every rank of it at one point), or one of its ranks."""
+    ranks = [stage * dep.tp + t for t in range(dep.tp)]
+    if c.role == "rank_group":
+        return c.title == f"Worker_PP{stage}_TP[0-{dep.tp - 1}]"
+    return c.role == "worker" and c.pid in [dep.worker_pid(r) for r in ranks]
 
 
 @needs_root
@@ -141,6 +155,8 @@ def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, 
         first = v.culprits[:1]
         if who == "api_server_gone":
             ok_culprit = bool(first) and first[0].role == "api_server" and first[0].pid is None
+        elif who == "pp_stage":
+            ok_culprit = bool(first) and _blames_stage(first[0], dep, rank or 0)
         elif who == "dp_engine":
             ok_culprit = bool(first) and first[0].role == "engine_core" and first[0].pid == dep.engine_pid(dp_rank=rank or 0)
         else:

@@ -139,7 +139,7 @@ class Deployment:
            namespace: bool = False, shm_size: str | None = None, port: int = 0, nnodes: int = 1,
            node_rank: int = 0, master_port: int | None = None, model: str = DEFAULT_MODEL,
            shape: str = "serve") -> Deployment:
-        faults.validate_start(fault, tp=tp, dp=dp, nnodes=nnodes, master_port=master_port)
+        faults.validate_start(fault, tp=tp, dp=dp, nnodes=nnodes, master_port=master_port, shape=shape)
         shapes.validate(shape, fault, tp, dp, nnodes)
         if fault == "shm-small":
             namespace, shm_size = True, shm_size or "256m"
@@ -232,7 +232,8 @@ class Deployment:
                                        for p in self.processes):
             return True  # a Ray actor still in initialize_worker
         # A read of cmdline while setproctitle rewrites it can come back empty: count the workers too.
-        expected = self.tp * self.dp if self.nnodes == 1 and (self.tp > 1 or self.dp > 1) else 0
+        world = shapes.world_size(self)
+        expected = world * self.dp if self.nnodes == 1 and (world > 1 or self.dp > 1) else 0
         return sum(1 for p in self.processes if p["role"] == "worker") < expected
 
     def log_tail(self, n: int = 30) -> str:

@@ -47,6 +47,7 @@ FAULTS: dict[str, str] = {
     "init-odd-rank": "at startup one rank never finishes ncclCommInitRank; its peers go on (start only)",
     "api-killed": "the API server SIGKILLed; EngineCore and workers live on, reparented (vLLM #55510)",
     "dp-out-of-step": "DP>1: every DP rank but one waits in the per-step DP sync; that one never comes (#28224)",
+    "pp-stage-stuck": "PP>1: every TP rank of stage --rank (default 0) wedged in its all_reduce; the next stage waits in recv",
 }
 START_FAULTS = {"shm-small", "init-odd-rank"}  # in place from launch; `inject` cannot add them later
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
@@ -77,6 +78,7 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "init-odd-rank": ("blocked", "gpu", "worker"),  # startup: one rank never leaves ncclCommInitRank
     "api-killed": ("blocked", "process", "api_server_gone"),  # the missing API server: no pid to name
     "dp-out-of-step": ("blocked", "gpu", "engine_core"),  # the EngineCore of the DP rank that never came
+    "pp-stage-stuck": ("blocked", "gpu", "pp_stage"),  # the upstream stage, never the stage waiting in recv
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
@@ -91,9 +93,14 @@ class FaultError(ValueError):
     pass
 
 
-def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int | None) -> None:
+SHAPE_ONLY = {"pp-stage-stuck": "pp"}  # faults of one deployment shape (vllmdiag_sim.shapes)
+
+
+def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int | None, shape: str = "serve") -> None:
     if fault not in FAULTS:
         raise FaultError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+    if fault in SHAPE_ONLY and shape != SHAPE_ONLY[fault]:
+        raise FaultError(f"{fault} needs the {SHAPE_ONLY[fault]} deployment shape")
     if not 1 <= tp <= 8 or dp < 1:
         raise FaultError("--tp must be 1..8 and --dp at least 1")
     if nnodes > 1 and (not master_port or tp % nnodes or dp != 1):
@@ -109,7 +116,11 @@ def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int |
 def inject(dep: Deployment, fault: str, rank: int | None) -> None:
     if fault not in FAULTS or fault in START_FAULTS:
         raise FaultError(f"{fault!r} cannot be injected into a running deployment")
+    if fault in SHAPE_ONLY and dep.shape != SHAPE_ONLY[fault]:
+        raise FaultError(f"{fault} needs the {SHAPE_ONLY[fault]} deployment shape")
     local = range(dep.node_rank * dep.tp // dep.nnodes, (dep.node_rank + 1) * dep.tp // dep.nnodes)
+    if fault == "pp-stage-stuck":  # its rank is the stage that wedges
+        rank = 0 if rank is None else rank
     rank = local[-1] if rank is None else rank
     if fault == "dp-out-of-step":  # its rank is the DP rank that never comes
         rank = dep.dp - 1 if rank is None or rank >= dep.dp else rank
@@ -240,6 +251,7 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "compiling": lambda d, r: _hang_with_request(d, f"compiling-{r}"),
     "api-killed": lambda d, r: _shapes().kill_api_server(d, r),
     "dp-out-of-step": lambda d, r: _shapes().wait_dp_sync(d, r),
+    "pp-stage-stuck": lambda d, r: _hang_with_request(d, f"pp-stage-stuck-{r * d.tp}"),
 }
 
 

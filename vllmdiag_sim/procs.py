@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-_WORKER_RE = re.compile(r"^VLLM::Worker(?:_DP(\d+))?(?:_TP(\d+))?$")
+_WORKER_RE = re.compile(r"^VLLM::Worker(?:_DP(\d+))?(?:_PP(\d+))?(?:_TP(\d+))?(?:_EP(\d+))?$")
 _ENGINE_RE = re.compile(r"^VLLM::EngineCore(?:_DP(\d+))?$")
 _RAY_RE = re.compile(r"^ray::RayWorker(?:Proc|Wrapper)(?:\.\w+)?$")
 
@@ -28,8 +28,12 @@ def classify(cmdline: list[str]) -> dict[str, Any] | None:
     title = cmdline[0].rstrip("\x00 ")
     if m := _WORKER_RE.match(title):
         # "VLLM::Worker" without a rank is a worker inside init_device: its rank is not known yet.
-        return {"role": "worker", "title": title, "dp_rank": int(m[1] or 0),
-                "rank": int(m[2]) if m[2] else (0 if m[1] else None)}
+        # With PP the rank here is the TP rank; shapes.annotate makes it the global rank (pp * TP + tp).
+        info = {"role": "worker", "title": title, "dp_rank": int(m[1] or 0),
+                "rank": int(m[3]) if m[3] else (0 if m[1] or m[2] or m[4] else None)}
+        if m[2]:
+            info["pp_rank"] = int(m[2])
+        return info
     if m := _ENGINE_RE.match(title):
         return {"role": "engine_core", "title": title, "dp_rank": int(m[1] or 0), "rank": None}
     if title == "VLLM::DPCoordinator":

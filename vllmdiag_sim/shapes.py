@@ -5,6 +5,8 @@
   workers are the script's children; at TP=1 there is no child, the model runs in the script.
 - ``ray``: a raylet is started first (a cluster started beforehand, like `ray start --head`), then
   `vllm serve --distributed-executor-backend ray`; the workers are the raylet's children.
+- ``pp``: `vllm serve --pipeline-parallel-size 2`: PP=2 x TP stages; workers `VLLM::Worker_PP{p}_TP{t}`,
+  global rank p * TP + t, intermediate tensors sent stage to stage (`isend_tensor_dict` / `recv_object`).
 The orphaned engine is a fault (``api-killed``) on a running deployment of any shape with an API server.
 """
 
@@ -25,7 +27,8 @@ from vllmdiag_sim.ray.raylet import SOCKET_ENV
 if TYPE_CHECKING:
     from vllmdiag_sim.deployment import Deployment
 
-SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns")
+SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns", "pp")
+PP_SIZE = 2  # shape pp: two pipeline stages
 SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-killed"),
                 # TP=1: no child at all, the model runs in the script (UniProcExecutor)
                 "offline-inproc": ("healthy", "straggler", "worker-stopped", "worker-killed", "uniform-sync"),
@@ -35,7 +38,10 @@ SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-ki
                 # `vllm serve -dp N` with a DPCoordinator and the per-step DP sync of MoE models
                 "dp": ("healthy", "healthy-load", "dp-out-of-step", "straggler", "worker-stopped", "api-killed"),
                 # `vllm serve` in its own PID+mount namespace (a container): its init is Python (nsinit)
-                "ns": ("healthy", "healthy-load", "straggler", "api-killed")}
+                "ns": ("healthy", "healthy-load", "straggler", "api-killed"),
+                # `vllm serve -pp 2`: a stage waits in recv for a stuck upstream stage; a TP straggler
+                # inside stage 0 (ranks 0..TP-1) stops stage 1 too
+                "pp": ("healthy", "healthy-load", "pp-stage-stuck", "straggler", "worker-stopped")}
 
 
 class ShapeError(ValueError):
@@ -47,6 +53,8 @@ def validate(shape: str, fault: str, tp: int, dp: int, nnodes: int) -> None:
         raise ShapeError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     if shape not in ("serve", "dp", "ns") and (dp != 1 or nnodes != 1):
         raise ShapeError(f"shape {shape} runs DP=1 on one node")
+    if shape == "pp" and fault == "pp-stage-stuck" and tp < 2:
+        raise ShapeError("pp-stage-stuck wedges a stage's TP all_reduce: --tp 2 or more")
     if shape == "dp" and (dp < 2 or nnodes != 1):
         raise ShapeError("shape dp needs --dp 2 or more on one node")
     if shape != "serve" and fault not in SHAPE_FAULTS[shape]:
@@ -62,6 +70,8 @@ def launch_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[
         sock = str(dep.path / "raylet.sock")
         dep.extra_tops = [start_raylet(dep, sock)]
         return base_argv + ["--distributed-executor-backend", "ray"], {SOCKET_ENV: sock}
+    if dep.shape == "pp":
+        return base_argv + ["--pipeline-parallel-size", str(PP_SIZE)], {}
     if dep.shape == "ns":
         from vllmdiag_sim.nsinit import STAY_ENV
 
@@ -85,7 +95,8 @@ def start_raylet(dep: Deployment, sock: str) -> int:
 
 
 def annotate(dep: Deployment, procs: list[dict[str, Any]]) -> None:
-    """Ray actors carry no rank in their title: take it from what each actor recorded."""
+    """Ray actors carry no rank in their title: take it from what each actor recorded. PP workers'
+    titles carry the stage and the TP rank: the sim's rank is the global one."""
     ranks = {}
     for line in runtime.read_records(dep.path, "ray_workers"):
         rank, _, pid = line.partition(" ")
@@ -94,6 +105,8 @@ def annotate(dep: Deployment, procs: list[dict[str, Any]]) -> None:
     for p in procs:
         if p["role"] == "worker" and p["pid"] in ranks:
             p["rank"], p["dp_rank"] = ranks[p["pid"]], 0
+        if p["role"] == "worker" and "pp_rank" in p and p.get("rank") is not None:
+            p["rank"] = p.pop("pp_rank") * dep.tp + p["rank"]  # vLLM's global rank: TP fastest
 
 
 def wait_dp_sync(dep: Deployment, rank: int | None) -> None:
@@ -127,3 +140,8 @@ def kill_api_server(dep: Deployment, rank: int | None) -> None:
             return
         time.sleep(0.02)
     raise TimeoutError("the EngineCore was not reparented after its API server died")
+
+
+def world_size(dep: Deployment) -> int:
+    """Workers of one DP replica."""
+    return dep.tp * (PP_SIZE if dep.shape == "pp" else 1)

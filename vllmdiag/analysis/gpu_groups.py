@@ -206,6 +206,11 @@ def ep_compare(members: dict[int, dict[str, Any]], classes: dict[int, StackClass
 
 
 # ---- pipeline parallel -------------------------------------------------------------------------
+# vLLM 0.33 (`Worker.execute_model`, gpu_worker.py): a stage after the first blocks in
+# `get_pp_group().irecv_tensor_dict` -> `recv_object` -> torch `recv` on the CPU group until the stage
+# before it sends; sends are non-blocking (`isend_tensor_dict`), so an upstream stage is seen in send
+# only in passing. A stage mostly in recv whose upstream is not sending waits on that stage; a chain
+# of such stages (PP=4: stages 1-3 in recv) waits on the first stage that is not in recv.
 def pp_stages(procs: list[dict[str, Any]]) -> dict[tuple[int, int], list[dict[str, Any]]]:
     out: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for p in _workers(procs):
@@ -220,31 +225,71 @@ def _in_op(ps: list[dict[str, Any]], classes: dict[int, StackClass], op: str) ->
     return bool(cs) and sum(1 for c in cs if c is not None and c.name == COLLECTIVE and c.op == op) * 2 > len(cs)
 
 
+def pp_blocked(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[tuple[int, int, list[int]]]:
+    """(dp, stuck stage, the stages after it waiting in recv on it) for each chain found."""
+    stages = pp_stages(procs)
+    out = []
+    for (dp, pp), ps in sorted(stages.items()):
+        down: list[int] = []
+        while _in_op(stages.get((dp, pp + 1 + len(down)), []), classes, "recv"):
+            down.append(pp + 1 + len(down))
+        if down and not _in_op(ps, classes, "recv") and not _in_op(ps, classes, "send"):
+            out.append((dp, pp, down))
+    return out
+
+
+def pp_waiting_stages(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> set[tuple[int, int]]:
+    """(dp, pp) of the stages that wait on an upstream stage: their uniform wait in recv is no hang of
+    their own (gpu_progress leaves them to ``gpu.pp_stage_stuck``)."""
+    return {(dp, s) for dp, _, down in pp_blocked(procs, classes) for s in down}
+
+
+def _pp_blame(snap: Snapshot, up: list[dict[str, Any]], stage: int, classes: dict[int, StackClass]
+              ) -> tuple[list[Culprit], list[int], str]:
+    """The odd ranks of the stuck stage when its TP group has some (a straggler there), else the whole
+    stage: every rank of it is at one point (a wedged kernel, a sync point), none more guilty."""
+    members = {int(p["ranks"].get("tp", i)): p for i, p in enumerate(up)}
+    cmp = compare_group(members, classes) if len(members) > 1 else None
+    odd = [members[o.rank] for o in cmp.odd if o.rank in members] if cmp else []
+    if not odd and len(up) == 1:
+        odd = up
+    what = _what_fn(classes)
+    if odd:
+        desc = "; ".join(f"{rank_name(p)} is {what(p)}" for p in odd)
+        return [culprit(snap, p, f"PP stage {stage} never sent on: {what(p)}") for p in odd], [p["pid"] for p in odd], desc
+    names = fold([rank_name(p) for p in up])
+    labels = sorted({what(p) for p in up})
+    desc = f"every rank of it ({names}) is {' / '.join(labels)}"
+    reason = f"PP stage {stage} never sent on: {desc}"
+    group = Culprit(snap.node, None, "rank_group", None, f"Worker_{names}", reason)
+    return [group, *[culprit(snap, p, reason) for p in up]], [p["pid"] for p in up], desc
+
+
+def _what_fn(classes: dict[int, StackClass]) -> Any:
+    def what(p: dict[str, Any]) -> str:
+        c = classes.get(p["pid"])
+        return f"{c.label} in {c.where}" if c else "no stack"
+    return what
+
+
 def _pp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: dict[int, StackClass]) -> list[Finding]:
     stages = pp_stages(dep.processes)
     out = []
-    for (dp, pp), ps in sorted(stages.items()):
-        up = stages.get((dp, pp - 1))
-        if pp == 0 or not up or not _in_op(ps, classes, "recv") or _in_op(up, classes, "send"):
-            continue
-        stuck = [p for p in up if (c := classes.get(p["pid"])) is None or c.name != COLLECTIVE or c.op != "send"]
-        if not stuck:
-            continue
-        blame = next((p for p in stuck if (c := classes.get(p["pid"])) is not None and c.name not in (IDLE, COLLECTIVE)),
-                     stuck[0])
-        confirmed = _confirmed([ps[0]["pid"], blame["pid"]], classes, again)
+    for dp, pp, down in pp_blocked(dep.processes, classes):
+        waiters = [p for s in down for p in stages[(dp, s)]]
+        culprits, pids, desc = _pp_blame(snap, stages[(dp, pp)], pp, classes)
+        confirmed = _confirmed([waiters[0]["pid"], *pids], classes, again)
         if confirmed is False:
-            continue
-        c = classes.get(blame["pid"])
-        what = f"{c.label} in {c.where}" if c else "no stack"
-        msg = (f"PP stage {pp} ({fold([rank_name(p) for p in ps])}) waits in recv from stage {pp - 1}, which never "
-               f"sent: {rank_name(blame)} is {what}." + ("" if confirmed else " (one sample)"))
+            continue  # a stage in passing: it sent meanwhile, or the waiter got its input
+        waiting = ", ".join(f"{s} ({fold([rank_name(p) for p in stages[(dp, s)]])})" for s in down)
+        msg = (f"PP stage(s) {waiting} wait in recv for stage {pp}'s intermediate tensors, which never came: "
+               f"{desc}." + ("" if confirmed else " (one sample)"))
         out.append(finding("gpu.pp_stage_stuck", LAYER, "critical" if confirmed else "warning", snap, dep, msg,
-                           [blame["pid"]], {"dp": dp, "waiting_stage": pp, "upstream_stage": pp - 1,
-                                            "upstream_classes": {rank_name(p): (classes[p["pid"]].label if p["pid"] in classes
-                                                                                else None) for p in up},
-                                            "confirmed_by_resample": bool(confirmed)},
-                           [culprit(snap, blame, f"PP stage {pp - 1} never sent to stage {pp}: {what}")]))
+                           pids, {"dp": dp, "waiting_stages": down, "upstream_stage": pp,
+                                  "upstream_classes": {rank_name(p): (classes[p["pid"]].label if p["pid"] in classes
+                                                                      else None) for p in stages[(dp, pp)]},
+                                  "waiter_stack": classes[waiters[0]["pid"]].key_frames,
+                                  "confirmed_by_resample": bool(confirmed)}, culprits))
     return out
 
 
@@ -262,10 +307,8 @@ def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
         if cmp is not None:
             pids += [o.pid for o in cmp.odd if o.pid is not None] + [members[cmp.waiting[0]]["pid"]]
     stages = pp_stages(procs)
-    for (dp, pp), ps in stages.items():
-        up = stages.get((dp, pp - 1))
-        if up and _in_op(ps, classes, "recv") and not _in_op(up, classes, "send"):
-            pids += [ps[0]["pid"], *[p["pid"] for p in up]]
+    for dp, pp, down in pp_blocked(procs, classes):
+        pids += [stages[(dp, down[0])][0]["pid"], *[p["pid"] for p in stages[(dp, pp)]]]
     return sorted(set(pids))
 
 

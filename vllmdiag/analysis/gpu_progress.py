@@ -16,6 +16,7 @@ from typing import Any
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title
 from vllmdiag.analysis.gpu import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
+from vllmdiag.analysis.gpu_groups import pp_waiting_stages
 from vllmdiag.analysis.progress import Progress, all_passes, deployment_progress, is_stalled
 from vllmdiag.analysis.stacks import StackClass
 from vllmdiag.model import Culprit, Finding, Snapshot
@@ -91,9 +92,12 @@ def _with_progress(f: Finding, p: Progress) -> Finding:
 def _group_shapes(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, dict[str, Any]]) -> list[Finding]:
     out = []
     classes = {pid: sc for pid, (sc, _) in seen.items()}
-    for members in tp_groups(dep.processes).values():
+    upstream_bound = pp_waiting_stages(dep.processes, classes)
+    for key, members in tp_groups(dep.processes).items():
         if compare_group(members, classes, dep.configured.get("tp")) is not None:
             continue  # an odd rank out: the straggler/mismatch rules own it
+        if key[:2] in upstream_bound:
+            continue  # a PP stage waiting in recv on a stuck upstream stage: gpu.pp_stage_stuck names that one
         got = {r: seen[m["pid"]] for r, m in members.items() if m["pid"] in seen}
         if len(got) != len(members) or len({sc.label for sc, _ in got.values()}) != 1:
             continue

@@ -15,10 +15,18 @@ class ParallelConfig:
     distributed_executor_backend: str = "mp"  # mp | ray
     frontend: bool = True  # False: an offline LLM() script, no HTTP client to start steps
     dp_hub_ports: tuple[int, ...] = ()  # DP > 1: one DP-group rendezvous per TP rank (the DP sync)
+    pipeline_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    ep_hub_port: int = 0  # EP: the MoE all2all rendezvous of the EP group (every DP x TP rank)
+
+    @property
+    def world_size(self) -> int:
+        # Ranks of one DP replica: PP x TP, TP fastest (rank = pp_rank * TP + tp_rank).
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def local_world_size(self) -> int:
-        return self.tensor_parallel_size // self.nnodes
+        return self.world_size // self.nnodes
 
     @property
     def first_local_rank(self) -> int:
@@ -31,15 +39,22 @@ class ParallelConfig:
     @property
     def uses_multiproc_executor(self) -> bool:
         # vLLM runs TP=1 in-process (UniProcExecutor) unless DP needs a worker per engine.
-        return (self.tensor_parallel_size > 1 or self.data_parallel_size > 1 or self.nnodes > 1
+        return (self.world_size > 1 or self.data_parallel_size > 1 or self.nnodes > 1
                 or self.distributed_executor_backend == "ray")
 
-    def worker_suffix(self, dp_rank: int, tp_rank: int) -> str:
+    def worker_suffix(self, dp_rank: int, rank: int) -> str:
+        # WorkerProc.setup_proc_title_and_log_prefix: DP, PP, TP (each when its size > 1), then EP
+        # (when expert parallel is on; EP rank = dp_rank * TP + tp_rank, the EP group spans DP x TP).
+        tp = self.tensor_parallel_size
         parts = []
         if self.data_parallel_size > 1:
             parts.append(f"DP{dp_rank}")
-        if self.tensor_parallel_size > 1:
-            parts.append(f"TP{tp_rank}")
+        if self.pipeline_parallel_size > 1:
+            parts.append(f"PP{rank // tp}")
+        if tp > 1:
+            parts.append(f"TP{rank % tp}")
+        if self.enable_expert_parallel:
+            parts.append(f"EP{dp_rank * tp + rank % tp}")
         return "_".join(parts)
 
     def engine_name(self, dp_rank: int) -> str:

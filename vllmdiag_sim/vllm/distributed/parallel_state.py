@@ -1,15 +1,52 @@
-"""Mirror of `vllm/distributed/parallel_state.py`: `GroupCoordinator` collectives."""
+"""Mirror of `vllm/distributed/parallel_state.py`: `GroupCoordinator` collectives, and the PP group's
+point-to-point exchange of intermediate tensors (`isend_tensor_dict` / `irecv_tensor_dict`)."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
+from vllmdiag_sim.torch.distributed import distributed_c10d
 from vllmdiag_sim.vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
 
 
 class GroupCoordinator:
-    def __init__(self, rank_in_group: int, world_size: int, comm: PyNcclCommunicator | None) -> None:
+    def __init__(self, rank_in_group: int, world_size: int, comm: PyNcclCommunicator | None,
+                 links: dict[int, socket.socket] | None = None) -> None:
         self.rank_in_group, self.world_size, self.pynccl_comm = rank_in_group, world_size, comm
+        self.links = links or {}  # PP group: peer rank in group -> the cpu-group channel to it
+
+    @property
+    def is_first_rank(self) -> bool:
+        return self.rank_in_group == 0
+
+    @property
+    def is_last_rank(self) -> bool:
+        return self.rank_in_group == self.world_size - 1
+
+    # ---- point to point (the PP group) ----------------------------------------------------------
+    def isend_object(self, obj: Any, dst: int) -> distributed_c10d.Work:
+        return distributed_c10d.isend(obj, dst=dst, group=self.links[dst])
+
+    def recv_object(self, src: int) -> Any:
+        return distributed_c10d.recv(src=src, group=self.links[src])
+
+    def isend_tensor_dict(self, tensor_dict: dict[str, Any], dst: int | None = None,
+                          all_gather_group: GroupCoordinator | None = None) -> list[distributed_c10d.Work]:
+        # vLLM 0.33: metadata first (isend_object on the cpu group), then one isend per tensor.
+        if self.world_size <= 1:
+            return []
+        dst = (self.rank_in_group + 1) % self.world_size if dst is None else dst
+        return [self.isend_object(list(tensor_dict.items()), dst)]
+
+    def irecv_tensor_dict(self, src: int | None = None, all_gather_group: GroupCoordinator | None = None
+                          ) -> tuple[dict[str, Any] | None, list[Any], list[Any]]:
+        # The metadata recv blocks (recv_object); the tensors' irecv handles are waited later.
+        if self.world_size <= 1:
+            return None, [], []
+        src = (self.rank_in_group - 1) % self.world_size if src is None else src
+        recv_metadata_list = self.recv_object(src)
+        return dict(recv_metadata_list), [], []
 
     def all_reduce(self, input_: float) -> Any:
         # vLLM bypasses the collective entirely for a group of one.
@@ -28,6 +65,7 @@ class GroupCoordinator:
 
 
 _TP: GroupCoordinator | None = None
+_PP: GroupCoordinator | None = None
 
 
 def init_model_parallel_group(group: GroupCoordinator) -> None:
@@ -38,3 +76,13 @@ def init_model_parallel_group(group: GroupCoordinator) -> None:
 def get_tp_group() -> GroupCoordinator:
     assert _TP is not None, "tensor model parallel group is not initialized"
     return _TP
+
+
+def init_pp_group(group: GroupCoordinator) -> None:
+    global _PP
+    _PP = group
+
+
+def get_pp_group() -> GroupCoordinator:
+    assert _PP is not None, "pipeline model parallel group is not initialized"
+    return _PP

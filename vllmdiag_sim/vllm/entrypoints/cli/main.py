@@ -15,6 +15,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     serve.add_argument("model")
     serve.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     serve.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    serve.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    serve.add_argument("--enable-expert-parallel", "-ep", action="store_true")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=0)
     serve.add_argument("--headless", action="store_true")
@@ -29,7 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s [%(name)s] %(message)s")
     pc = ParallelConfig(args.tensor_parallel_size, args.data_parallel_size, args.nnodes,
-                        args.node_rank, args.master_port, args.distributed_executor_backend)
+                        args.node_rank, args.master_port, args.distributed_executor_backend,
+                        pipeline_parallel_size=args.pipeline_parallel_size,
+                        enable_expert_parallel=args.enable_expert_parallel)
     from vllmdiag_sim.vllm.entrypoints.openai import api_server
 
     if args.headless:

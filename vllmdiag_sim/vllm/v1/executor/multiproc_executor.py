@@ -32,10 +32,11 @@ class WorkerProc:
 
     def __init__(self, pc: ParallelConfig, dp_rank: int, local_rank: int, rpc_handle: Handle,
                  hub_port: int | None, ready: multiprocessing.connection.Connection,
-                 death: multiprocessing.connection.Connection | None) -> None:
+                 death: multiprocessing.connection.Connection | None,
+                 pp_links: dict[int, socket.socket] | None = None) -> None:
         set_process_title("Worker")
         self.rank = pc.first_local_rank + local_rank
-        self.worker = Worker(self.rank, pc.tensor_parallel_size)
+        self.worker = Worker(self.rank, pc.tensor_parallel_size, pc.pipeline_parallel_size, pp_links)
         self.worker.init_device(hub_port)
         if pc.dp_hub_ports:  # the DP group of this TP rank: the same TP rank of every DP rank
             self.worker.init_dp_group(collective.connect(pc.dp_hub_ports[self.rank], dp_rank), dp_rank)
@@ -43,16 +44,17 @@ class WorkerProc:
         self.rpc_broadcast_mq = MessageQueue.create_from_handle(rpc_handle, local_rank)
         self.worker_response_mq = MessageQueue(1, 1, max_chunk_bytes=24 * ringfmt.MiB, max_chunks=10)
         tp_mq = None
-        if local_rank == 0 and pc.local_world_size > 1:
-            # TP-group broadcaster, written by TP rank 0 (GroupCoordinator, 4 MiB x 6).
-            n = pc.local_world_size - 1
+        tp_local = pc.local_world_size // pc.pipeline_parallel_size  # the local ranks of one TP group
+        if local_rank % tp_local == 0 and tp_local > 1:
+            # TP-group broadcaster, written by TP rank 0 of each group (GroupCoordinator, 4 MiB x 6).
+            n = tp_local - 1
             tp_mq = MessageQueue(n, n, max_chunk_bytes=4 * ringfmt.MiB, max_chunks=6)
-            tp_mq.handle.local_reader_ranks = list(range(1, pc.local_world_size))
+            tp_mq.handle.local_reader_ranks = list(range(1, tp_local))
         ready.send({"status": "READY", "handle": self.worker_response_mq.export_handle(),
                     "tp_handle": tp_mq.export_handle() if tp_mq else None})
         tp_handle = ready.recv()
         if tp_mq is None and tp_handle is not None:
-            tp_mq = MessageQueue.create_from_handle(tp_handle, local_rank)
+            tp_mq = MessageQueue.create_from_handle(tp_handle, local_rank % tp_local)
         self.rpc_broadcast_mq.wait_until_ready()
         self.worker_response_mq.wait_until_ready()
         if tp_mq is not None:
@@ -121,6 +123,7 @@ class MultiprocExecutor:
         if hub_sock is not None:
             collective.Hub(hub_sock, pc.tensor_parallel_size).start()
             hub_port = hub_sock.getsockname()[1]
+        hub_ports, pp_links = self._pp_groups(hub_port)
         ctx = multiprocessing.get_context("fork")
         self.workers: list[multiprocessing.process.BaseProcess] = []
         ready_pipes, self.death_writers = [], []
@@ -128,10 +131,12 @@ class MultiprocExecutor:
             ready_parent, ready_child = ctx.Pipe()
             death_reader, death_writer = ctx.Pipe(duplex=False)
             self.death_writers.append(death_writer)
+            rank = pc.first_local_rank + local_rank
             proc = ctx.Process(
-                target=WorkerProc.worker_main, name=f"VllmWorker-{pc.first_local_rank + local_rank}", daemon=True,
+                target=WorkerProc.worker_main, name=f"VllmWorker-{rank}", daemon=True,
                 args=(self.death_writers, pc, self.dp_rank, local_rank,
-                      self.rpc_broadcast_mq.export_handle(), hub_port, ready_child, death_reader))
+                      self.rpc_broadcast_mq.export_handle(), hub_ports[rank // pc.tensor_parallel_size], ready_child,
+                      death_reader, pp_links.get(rank)))
             proc.start()
             ready_child.close()
             death_reader.close()
@@ -140,14 +145,34 @@ class MultiprocExecutor:
         self.wait_for_ready(ready_pipes)
         threading.Thread(target=self.monitor_workers, name="MultiprocWorkerMonitor", daemon=True).start()
 
+    def _pp_groups(self, stage0_hub: int | None) -> tuple[list[int | None], dict[int, dict[int, socket.socket]]]:
+        """PP > 1 (one node): a TP rendezvous per stage (stage 0 keeps the API server's), and per TP
+        index a channel between consecutive stages, standing in for the PP group's cpu (gloo) group."""
+        pc = self.pc
+        tp, pp = pc.tensor_parallel_size, pc.pipeline_parallel_size
+        ports: list[int | None] = [stage0_hub]
+        for _ in range(1, pp):
+            srv = collective.listen(0) if tp > 1 else None
+            if srv is not None:
+                collective.Hub(srv, tp).start()
+            ports.append(srv.getsockname()[1] if srv is not None else None)
+        links: dict[int, dict[int, socket.socket]] = {}
+        for stage in range(pp - 1):
+            for t in range(tp):
+                up, down = socket.socketpair()
+                links.setdefault(stage * tp + t, {})[stage + 1] = up
+                links.setdefault((stage + 1) * tp + t, {})[stage] = down
+        return ports, links
+
     def wait_for_ready(self, pipes: list[multiprocessing.connection.Connection]) -> None:
         try:
             replies = [p.recv() for p in pipes]
         except EOFError as e:
             raise Exception("WorkerProc initialization failed due to an exception in a background "
                             "process. See stack trace for root cause.") from e
-        for p in pipes:
-            p.send(replies[0]["tp_handle"])
+        tp_local = len(pipes) // self.pc.pipeline_parallel_size
+        for i, p in enumerate(pipes):
+            p.send(replies[i - i % tp_local]["tp_handle"])  # the broadcaster of this rank's TP group
         self.rpc_broadcast_mq.wait_until_ready()
         self.response_mqs = [MessageQueue.create_from_handle(r["handle"], 0) for r in replies]
         for mq in self.response_mqs:
@@ -184,12 +209,17 @@ class MultiprocExecutor:
                                "above for the root cause")
         return result
 
+    @property
+    def output_rank(self) -> int:
+        # `_get_output_rank`: the first TP rank of the last PP stage replies (rank 0 when PP = 1).
+        return self.pc.world_size - self.pc.tensor_parallel_size
+
     def output_rank_is_local(self) -> bool:
-        return self.pc.first_local_rank == 0
+        return self.pc.first_local_rank <= self.output_rank < self.pc.first_local_rank + len(self.workers)
 
 
     def execute_model(self, scheduler_output: dict[str, Any]) -> list[Any]:
         # The sim waits without the 300 s RPC deadline so a hang stays in place for diagnosis;
         # the wait is still non-indefinite, so the 60 s INFO line repeats like in vLLM.
-        return self.collective_rpc("execute_model", None, (scheduler_output,), unique_reply_rank=0,
+        return self.collective_rpc("execute_model", None, (scheduler_output,), unique_reply_rank=self.output_rank,
                                    non_block=not self.output_rank_is_local())

@@ -14,6 +14,7 @@ from vllmdiag_sim.torch._inductor.compile_fx import compile_fx
 from vllmdiag_sim.torch.cuda.streams import Event
 from vllmdiag_sim.vllm.distributed.device_communicators import pynccl_wrapper
 from vllmdiag_sim.vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+from vllmdiag_sim.vllm.sequence import IntermediateTensors
 
 # Step faults that change how long a step takes (every rank), instead of hanging it.
 STEP_SECONDS = {"long-step": 2.0, "healthy-slow": 0.4}
@@ -31,10 +32,15 @@ class GPUModelRunner:
         self.transfer_event = Event()
         self.dp_comm: Any = None  # DP > 1: the socket of this TP rank's DP group
         self.dp_rank, self.dp_seq = 0, 0
+        self.pp_rank, self.is_last_pp_rank = 0, True  # set by the Worker (PP > 1)
 
-    def execute_model(self, scheduler_output: dict[str, Any]) -> dict[str, Any]:
+    def execute_model(self, scheduler_output: dict[str, Any], intermediate_tensors: IntermediateTensors | None = None
+                      ) -> dict[str, Any] | IntermediateTensors:
         fault = scheduler_output.get("sim_fault")
         name = (fault or {}).get("fault")
+        if name == "pp-stage-stuck" and (fault or {}).get("rank") == self.pp_rank:
+            # every TP rank of this stage: the next all_reduce never completes (a wedged NCCL kernel)
+            pynccl_wrapper.wedge(f"pp-stage-stuck-{self.rank}")
         if scheduler_output.get("dp_sync") and self.dp_comm is not None:
             self._dp_sync(len(scheduler_output.get("req_ids", [])))
         num_tokens = self._prepare_inputs(scheduler_output, targets_me(fault, "straggler", self.rank))
@@ -43,8 +49,10 @@ class GPUModelRunner:
         if name == "uniform-collective":
             pynccl_wrapper.wedge(f"uniform-collective-{self.rank}")  # every rank's next all_reduce never completes
         gather = targets_me(fault, "collective-mismatch", self.rank)
-        self._model_forward(float(num_tokens), gather, STEP_SECONDS.get(str(name), runtime.STEP_INTERVAL_S),
-                            f"{name}-{self.rank}" if name in STEP_SECONDS else None)
+        hidden = self._model_forward(float(num_tokens), gather, STEP_SECONDS.get(str(name), runtime.STEP_INTERVAL_S),
+                                     f"{name}-{self.rank}" if name in STEP_SECONDS else None)
+        if not self.is_last_pp_rank:  # this stage's output is the next stage's input
+            return IntermediateTensors({"hidden_states": hidden, "residual": num_tokens})
         if name == "uniform-sync":
             self.transfer_event.wedged = f"uniform-sync-{self.rank}"  # the GPU never completes the step
         return {"req_ids": list(scheduler_output.get("req_ids", [])), "step": scheduler_output.get("step"),
