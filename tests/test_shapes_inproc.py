@@ -64,11 +64,9 @@ def test_maps_are_read_in_bounded_chunks_and_stop_at_the_first_hit(tmp_path: Pat
     filler = "".join(f"{i:012x}-{i + 1:012x} r--p 00000000 08:01 9 /usr/lib/libfiller{i}.so\n" for i in range(40000))
     late = tmp_path / "late"
     late.write_text(filler + MAPS)
-    found, complete = _inproc.mapped_extensions(late, limit=64 << 10)
-    assert (found, complete) == ([], False), "past the bound: no claim, and the cut is recorded"
-    found, complete = _inproc.mapped_extensions(late)
-    assert found == [f"{SITE}/vllm/_C_stable_libtorch.abi3.so"] and complete
-    assert _inproc.mapped_extensions(tmp_path / "gone") == ([], True)
+    assert _inproc.mapped_extensions(late, limit=64 << 10) == ([], "truncated"), "past the bound: no claim, said so"
+    assert _inproc.mapped_extensions(late) == ([f"{SITE}/vllm/_C_stable_libtorch.abi3.so"], "read")
+    assert _inproc.mapped_extensions(tmp_path / "gone") == ([], "gone")
 
 
 def test_only_python_interpreters_are_candidates() -> None:
@@ -91,7 +89,7 @@ def script(pid: int = 500, **extra: Any) -> dict[str, Any]:
     argv = ["/usr/bin/python3", "run.py"]
     out = {"pid": pid, "ppid": 400, "pgid": pid, "role": None, "title": " ".join(argv), "cmdline": argv, "titled": False,
            "name": None, "ranks": {}, "state": "S", "comm": "python3", "environ": {}, "selected_as": "vllm_mapped",
-           "vllm_extensions": [f"{SITE}/vllm/_C_stable_libtorch.abi3.so"], "maps_complete": True, "gpu_fds": []}
+           "vllm_extensions": [f"{SITE}/vllm/_C_stable_libtorch.abi3.so"], "gpu_fds": []}
     out.update(extra)
     return out
 
@@ -168,6 +166,17 @@ def test_a_python_without_engine_evidence_is_never_a_deployment(proc: dict[str, 
     s = snapshot([proc], USER_CODE)
     assert find_deployments(s) == []
     assert analyze([s]).verdict.status == "no-deployment"
+
+
+def test_no_deployment_says_which_pythons_could_not_be_checked() -> None:
+    s = snapshot([], None)
+    s.probes["processes"].data["inprocess_scan"] = {"candidates": 3, "unreadable_pids": [700, 701], "truncated_pids": []}
+    v = analyze([s]).verdict
+    assert v.status == "no-deployment"
+    assert "could not read the memory maps of 2 Python process(es) (pid 700, 701" in v.summary
+    assert v.next_steps and "root" in v.next_steps[0]
+    s.probes["processes"].data["inprocess_scan"] = {"candidates": 3, "unreadable_pids": [], "truncated_pids": []}
+    assert analyze([s]).verdict.summary == "No vLLM deployment found on n1."
 
 
 def test_old_real_snapshots_analyze_the_same() -> None:

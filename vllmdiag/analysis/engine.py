@@ -127,8 +127,13 @@ def overall(snapshots: list[Snapshot], reports: list[Judged], findings: list[Fin
             from vllmdiag.analysis.verdict import write_verdict
 
             return write_verdict("degraded", node_warnings[0].layer, node_warnings, findings)
+        from vllmdiag.analysis.coverage import FIX
+        from vllmdiag.analysis.shapes import unchecked_pythons
+
+        unseen = [u for s in snapshots if (u := unchecked_pythons(s))]  # an in-process engine may hide there
         return Verdict(status="no-deployment", summary="No vLLM deployment found on "
-                       + ", ".join(sorted({s.node for s in snapshots})) + ".")
+                       + ", ".join(sorted({s.node for s in snapshots})) + "." + "".join(f" {u}" for u in unseen),
+                       evidence=unseen, next_steps=[FIX] if unseen else [])
     worst = max(reports, key=lambda r: STATUS_RANK.get(r.verdict.status, 0))
     verdict = worst.verdict
     if verdict.status == "healthy":

@@ -90,6 +90,20 @@ def inprocess_evidence(proc: dict[str, Any], nvml_pids: set[int]) -> dict[str, A
             "nvml": proc.get("pid") in nvml_pids, "multiprocessing_off": inprocess_engine(proc)}
 
 
+def unchecked_pythons(snap: Any) -> str | None:
+    """A sentence when the processes probe could not read the maps of some Python processes (another
+    user's, without root; or maps past the read bound): an in-process engine there would go unseen."""
+    scan = snap.data("processes").get("inprocess_scan") or {}
+    denied = [p for p in scan.get("unreadable_pids") or [] if isinstance(p, int)]
+    cut = [p for p in scan.get("truncated_pids") or [] if isinstance(p, int)]
+    if not denied and not cut:
+        return None
+    parts = ([f"could not read the memory maps of {len(denied)} Python process(es) (pid {', '.join(map(str, denied[:8]))}: "
+              "permission denied)"] if denied else []) + (
+        [f"read only the start of the maps of pid {', '.join(map(str, cut[:8]))}"] if cut else [])
+    return f"{snap.node}: " + "; ".join(parts) + ": an in-process vLLM engine (LLM() at TP=1) there would not be seen."
+
+
 def inprocess_engine(root: dict[str, Any] | None) -> bool:
     return root is not None and str((root.get("environ") or {}).get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")) == "0"
 

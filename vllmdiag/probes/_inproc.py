@@ -46,25 +46,29 @@ def extensions_in(maps_text: str) -> list[str]:
     return list(out)
 
 
-def mapped_extensions(maps: Path, limit: int = MAPS_LIMIT) -> tuple[list[str], bool]:
+def mapped_extensions(maps: Path, limit: int = MAPS_LIMIT) -> tuple[list[str], str]:
     """Read maps in chunks until a vLLM extension shows (then stop) or ``limit`` bytes were read.
-    Returns (paths, complete): complete False when the limit cut the read short."""
+    Returns (paths, how): how is ``read``, ``truncated`` (the limit cut the read short), ``denied``
+    (not ours to read: another user's process without root) or ``gone``."""
     got, tail = 0, ""
     try:
         with open(maps, "rb") as fh:
             while got < limit:
                 chunk = fh.read(min(MAPS_CHUNK, limit - got))
                 if not chunk:
-                    return [], True
+                    return [], "read"
                 got += len(chunk)
                 text = tail + chunk.decode("utf-8", "replace")
                 lines, _, tail = text.rpartition("\n")
                 found = extensions_in(lines)
                 if found:
-                    return found[:4], True
+                    return found[:4], "read"
+    except PermissionError:
+        return [], "denied"
     except OSError:
-        return [], True  # vanished or not ours to read: no evidence either way
-    return extensions_in(tail)[:4], False
+        return [], "gone"
+    found = extensions_in(tail)[:4]
+    return found, "read" if found else "truncated"
 
 
 def gpu_device_fds(fd_dir: Path) -> list[str] | None:
@@ -93,10 +97,10 @@ def candidates(table: dict[int, dict[str, Any]], skip: set[int]) -> list[int]:
     return pids[:MAX_CANDIDATES]
 
 
-def evidence(proc_dir: Path) -> dict[str, Any] | None:
-    """The in-process evidence of one Python process, or None when it maps no vLLM extension."""
-    found, complete = mapped_extensions(proc_dir / "maps")
+def evidence(proc_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """The in-process evidence of one Python process (None when it maps no vLLM extension), and how
+    its maps were read (see ``mapped_extensions``)."""
+    found, how = mapped_extensions(proc_dir / "maps")
     if not found:
-        return None
-    return {"selected_as": "vllm_mapped", "vllm_extensions": found, "maps_complete": complete,
-            "gpu_fds": gpu_device_fds(proc_dir / "fd")}
+        return None, how
+    return {"selected_as": "vllm_mapped", "vllm_extensions": found, "gpu_fds": gpu_device_fds(proc_dir / "fd")}, how

@@ -52,7 +52,8 @@ def collect(ctx: Context) -> dict[str, Any]:
     parents = _parents(table, chosen)
     now = _uptime(ctx.proc_root)
     procs = [_describe(ctx, table[pid], ticks, page, btime, now) for pid in sorted(chosen | parents)]
-    procs += _inprocess(ctx, table, chosen | parents, (ticks, page, btime, now))
+    scan: dict[str, Any] = {}
+    procs += _inprocess(ctx, table, chosen | parents, (ticks, page, btime, now), scan)
     above: list[dict[str, Any]] = []
     for p in procs:
         if p is not None and p["pid"] in parents:
@@ -67,6 +68,7 @@ def collect(ctx: Context) -> dict[str, Any]:
         "self_pid": os.getpid(),
         "processes": [p for p in procs if p is not None and not any(p is a for a in above)],
         "parents": above,
+        "inprocess_scan": scan,
     }
 
 
@@ -91,13 +93,18 @@ def _select(table: dict[int, dict[str, Any]], prefix: str) -> set[int]:
     return chosen
 
 
-def _inprocess(ctx: Context, table: dict[int, dict[str, Any]], taken: set[int], clock: tuple[int, int, float, float]
-               ) -> list[dict[str, Any]]:
+def _inprocess(ctx: Context, table: dict[int, dict[str, Any]], taken: set[int], clock: tuple[int, int, float, float],
+               scan: dict[str, Any]) -> list[dict[str, Any]]:
     """Untitled Python processes that map vLLM's compiled kernels (an in-process engine, or any
-    script that imported them): described with the evidence, ``role`` None, for analysis to judge."""
+    script that imported them): described with the evidence, ``role`` None, for analysis to judge.
+    ``scan`` records what could not be looked at (maps denied or cut short), so "no vLLM here" can say so."""
     out = []
-    for pid in _inproc.candidates(table, taken | {os.getpid()}):
-        found = _inproc.evidence(ctx.proc(pid))
+    pids = _inproc.candidates(table, taken | {os.getpid()})
+    scan.update(candidates=len(pids), unreadable_pids=[], truncated_pids=[])
+    for pid in pids:
+        found, how = _inproc.evidence(ctx.proc(pid))
+        if how in ("denied", "truncated"):
+            scan["unreadable_pids" if how == "denied" else "truncated_pids"].append(pid)
         if found is not None:
             desc = _describe(ctx, table[pid], *clock)
             if desc is not None and not desc["environ"]:  # the watcher's cheap pass skips environ
