@@ -1,7 +1,7 @@
 """A fake ``pynvml`` for tests without a GPU (put first on sys.path via $VLLMDIAG_FAKE_NVML).
 
 Driven by $FAKE_NVML_CONFIG (JSON): ``{"gpus": [{"util": 100, "power_mw": 150000, "limit_mw": 700000,
-"pids": [123], "xids": [79], "ecc_unc": 0, "pending": false, "nvlink": true}], "hang": ["nvmlDeviceGetPowerUsage"],
+"pids": [123], "minor": 0, "xids": [79], "ecc_unc": 0, "pending": false, "nvlink": true}], "hang": ["nvmlDeviceGetPowerUsage"],
 "hang_gpu": 1, "raise": ["nvmlDeviceGetTemperature"], "no_driver": false}``. ``hang`` blocks forever
 in the named calls (on ``hang_gpu`` only, when given), as a wedged driver does; ``raise`` raises
 NVMLError_NotSupported from them.
@@ -93,6 +93,10 @@ def nvmlDeviceGetUUID(h: int) -> str:  # noqa: N802
 
 def nvmlDeviceGetPciInfo(h: int) -> Any:  # noqa: N802
     return SimpleNamespace(busId=f"00000000:{h + 1:02x}:00.0")
+
+
+def nvmlDeviceGetMinorNumber(h: int) -> int:  # noqa: N802
+    return int(_gpu(h).get("minor", h))  # /dev/nvidia<minor>
 
 
 def nvmlDeviceGetUtilizationRates(h: int) -> Any:  # noqa: N802

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllmdiag.analysis import nvml_pids
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, role_of
 from vllmdiag.analysis.resample import held, resampled_classes
@@ -47,7 +48,7 @@ class GroupCompare:
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     classes = classify_snapshot(snapshot)
     again = resampled_classes(snapshot)
-    gpus = gpu_by_pid(snapshot.data("nvml"))
+    gpus = gpu_by_pid(snapshot)
     moving = moving_deployments(snapshot, deployments)
     out: list[Finding] = []
     for dep in deployments:
@@ -211,14 +212,10 @@ def _nvml_signals(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass
     return out
 
 
-def gpu_by_pid(nvml: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """pid -> the GPU it computes on (NVML reports host pids, vllm-internals 7)."""
-    out = {}
-    for g in nvml.get("gpus", []):
-        for proc in g.get("processes") or []:
-            if isinstance(proc, dict) and isinstance(proc.get("pid"), int):
-                out[proc["pid"]] = g
-    return out
+def gpu_by_pid(snapshot: Snapshot) -> dict[int, dict[str, Any]]:
+    """pid -> the GPU it computes on. NVML reports host pids (vllm-internals 7): nvml_pids maps them
+    to our pids, inside a pod through device nodes, and leaves out what it cannot tie honestly."""
+    return nvml_pids.gpu_by_pid(snapshot.data("nvml"), snapshot.data("processes").get("processes") or [])
 
 
 def spinning(g: dict[str, Any] | None) -> bool:

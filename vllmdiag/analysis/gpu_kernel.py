@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis import nvml_pids
 from vllmdiag.analysis.common import finding
 from vllmdiag.analysis.deployments import Deployment
-from vllmdiag.analysis.shapes import gpu_index_by_pid
 from vllmdiag.model import Finding, Snapshot
 
 LAYER = "gpu"
@@ -40,7 +40,7 @@ def _pci_key(pci: Any) -> str:
 def _gpu_owners(nvml: dict[str, Any], deployments: list[Deployment]) -> dict[int, Deployment]:
     owners: dict[int, Deployment] = {}
     for dep in deployments:
-        for idx in gpu_index_by_pid(nvml, dep.processes).values():
+        for idx in sorted(nvml_pids.pid_map(nvml, dep.processes).held(dep.pids)):
             owners.setdefault(idx, dep)
     return owners
 

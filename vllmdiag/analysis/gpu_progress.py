@@ -50,7 +50,7 @@ Seen = dict[int, tuple[StackClass, str | None]]  # pid -> latest class, call sit
 
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     passes = all_passes(snapshot)
-    gpus = gpu_by_pid(snapshot.data("nvml"))
+    gpus = gpu_by_pid(snapshot)
     out: list[Finding] = []
     for p, dep in zip(deployment_progress(passes, deployments), deployments, strict=True):
         seen = {pid: (obs[-1][0], obs[-1][2]) for pid, obs in p.observations.items()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis import shapes
+from vllmdiag.analysis import nvml_pids
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, rank_of, role_of
 from vllmdiag.model import Culprit, Finding, Snapshot
@@ -95,8 +95,8 @@ def _orphaned_engine(snap: Snapshot, dep: Deployment) -> list[Finding]:
     if not engines:
         return []
     adopter = dep.adopter or {}
-    gpus = shapes.gpu_index_by_pid(snap.data("nvml"), dep.processes)
-    held = sorted({gpus[p["pid"]] for p in dep.processes if p["pid"] in gpus})
+    # Computing on, or (inside a pod, where NVML's host pids cannot name one process) holding open.
+    held = sorted(nvml_pids.pid_map(snap.data("nvml"), dep.processes).held(dep.pids))
     who = ", ".join(f"{display_title(e)} (pid {e['pid']})" for e in engines)
     gpu_txt = f" They still hold GPU(s) {', '.join(map(str, held))}." if held else (
         " GPUs they hold: unknown (no NVML data)." if not snap.data("nvml").get("gpus") else "")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis import nvml_pids
+
 # Inits and subreapers: they adopt orphans (PR_SET_CHILD_SUBREAPER is not visible in /proc, names are).
 ADOPTERS = ("init", "systemd", "tini", "dumb-init", "catatonit", "s6-svscan", "s6-supervise", "runsv",
             "containerd-shim", "containerd-shim-runc-v2", "conmon", "docker-init", "runit", "openrc-init")
@@ -142,20 +144,8 @@ def shm_ties(segments: list[dict[str, Any]]) -> dict[int, set[int]]:
 
 def gpu_index_by_pid(nvml: dict[str, Any], procs: list[dict[str, Any]]) -> dict[int, int]:
     """pid -> GPU index from NVML's process lists. NVML reports pids of the namespace the driver
-    sees (the host's); a containerised process is found through its NSpid chain too."""
-    by_any: dict[int, int] = {}
-    for p in procs:
-        for alias in p.get("nspid") or []:
-            if isinstance(alias, int) and alias != p["pid"]:
-                by_any.setdefault(alias, p["pid"])
-    out: dict[int, int] = {}
-    for g in nvml.get("gpus") or []:
-        idx = g.get("index")
-        for entry in g.get("processes") or []:
-            pid = entry.get("pid") if isinstance(entry, dict) else None
-            if isinstance(pid, int) and isinstance(idx, int):
-                out.setdefault(by_any.get(pid, pid), idx)
-    return out
+    sees (the host's); nvml_pids maps them (NSpid chains from the host, device nodes inside a pod)."""
+    return dict(nvml_pids.pid_map(nvml, procs).gpu_of)
 
 
 def infer_ray_ranks(workers: list[dict[str, Any]], gpus: dict[int, int], tp: int | None, pp: int | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis import nvml_pids
 from vllmdiag.gate.common import vllm_processes
 from vllmdiag.gate.config import GateConfig
 from vllmdiag.gate.result import CheckResult, result
@@ -32,7 +33,8 @@ def check_gpu_health(snap: Snapshot, cfg: GateConfig) -> CheckResult:
     if not gpus:
         status = "fail" if cfg.require_nvml else "warn"
         return result(name, status, "NVML answered but reported no GPU", gpus=0)
-    ours = {p["pid"] for p in snap.data("processes").get("processes", [])}
+    procs = snap.data("processes").get("processes", [])
+    ours = _ours(res.data, procs)
     fails: list[str] = []
     warns: list[str] = []
     rows = []
@@ -99,6 +101,14 @@ def judge(f: dict[str, Any]) -> tuple[list[str], list[str]]:
     if f["persistence_mode"] in (False, 0, "Disabled", "disabled", "off"):
         odd.append("persistence mode off (slow, flaky first CUDA init)")
     return bad, odd
+
+
+def _ours(nvml: dict[str, Any], procs: list[dict[str, Any]]) -> set[int]:
+    """NVML pids (host pids) that are vLLM processes here, plus those a pod cannot attribute at all
+    (nvml_pids: host pids mean nothing inside a container): unknown is not "foreign"."""
+    vllm = {p["pid"] for p in procs}
+    mapped = nvml_pids.pid_map(nvml, procs).local_of
+    return vllm | {n for n, local in mapped.items() if local is None or local in vllm}
 
 
 def _holders(gpu: dict[str, Any]) -> set[int]:

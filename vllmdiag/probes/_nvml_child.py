@@ -74,6 +74,8 @@ def query_gpu(nv: Any, get: Callable[..., Any], index: int) -> dict[str, Any]:
     return {
         "index": index, "name": _text(get(nv.nvmlDeviceGetName, h)), "uuid": _text(get(nv.nvmlDeviceGetUUID, h)),
         "pci_bus_id": _text(getattr(pci, "busId", None)),
+        # The N of /dev/nvidiaN: how a process inside a pod is tied to this GPU (NVML's pids are the host's).
+        "minor_number": get(nv.nvmlDeviceGetMinorNumber, h),
         "util_pct": getattr(util, "gpu", None), "mem_util_pct": getattr(util, "memory", None),
         "power_w": None if power is None else round(power / 1000, 1),
         "power_limit_w": None if limit is None else round(limit / 1000, 1),

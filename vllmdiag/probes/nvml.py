@@ -3,6 +3,10 @@
 NVML calls run in ``probes/_nvml_child.py`` under a deadline: a call into a wedged driver cannot be
 interrupted from a thread, but a child can be killed with its process group (DESIGN principle 2).
 The child streams one JSON line per GPU, so the GPUs read before a hang are kept.
+
+NVML names processes by host pids (the driver ignores PID namespaces). When our ``/proc`` belongs
+to another namespace (vllmdiag run inside a pod), the probe also records which local processes hold
+each GPU's device node, so analysis (``analysis/nvml_pids.py``) can map honestly (``_gpu_fds``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
+from vllmdiag.probes import _gpu_fds
 
 SPEC = ProbeSpec(name="nvml", layer="gpu", description="per-GPU NVML: util, power, memory, ECC, Xid, compute pids",
                  timeout_s=5.0)
@@ -29,6 +34,7 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
         raise Skip(data["skip"])
     data["child"] = {"status": "timeout" if res.timed_out else "ok" if res.returncode == 0 else "error",
                      "returncode": res.returncode, "duration_s": round(res.duration_s, 4)}
+    _namespace_facts(ctx, data)
     if res.timed_out:
         where = f"GPU {data['hung_gpu']}" if data.get("hung_gpu") is not None else "init"
         return Partial(data, f"timeout: NVML child killed at its {timeout:.1f} s deadline while querying {where} "
@@ -37,6 +43,16 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
         tail = (res.stderr.strip().splitlines() or ["no output"])[-1][:300]
         return Partial(data, f"NVML child exited {res.returncode}: {tail}")
     return data
+
+
+def _namespace_facts(ctx: Context, data: dict[str, Any]) -> None:
+    """Which pid namespace numbers our /proc, and (only when it is not the host's, so the scan stays
+    off the common path) the local holders of GPU device nodes. Read after the child has exited: its
+    own /dev/nvidia* fds are gone by then."""
+    ns = _gpu_fds.pid_namespace(ctx)
+    data["pid_namespace"] = ns
+    if ns["proc_1"] != _gpu_fds.INIT_PID_NS and data.get("gpus"):
+        data["device_fds"] = _gpu_fds.device_fds(ctx)
 
 
 def parse_child(text: str) -> dict[str, Any]:
