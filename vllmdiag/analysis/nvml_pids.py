@@ -32,6 +32,7 @@ class PidMap:
     gpu_of: dict[int, int] = field(default_factory=dict)  # local pid -> GPU index it computes on (exact only)
     held_by: dict[int, list[int]] = field(default_factory=dict)  # GPU index -> local pids holding its node
     local_of: dict[int, int | None] = field(default_factory=dict)  # NVML pid -> local pid (None: unknown)
+    outside: set[int] = field(default_factory=set)  # NVML pids on GPUs no local process holds: not ours
     notes: list[str] = field(default_factory=list)  # what could not be attributed, one line each
 
     def held(self, pids: set[int]) -> set[int]:
@@ -71,7 +72,7 @@ def _direct(gpus: list[dict[str, Any]], procs: list[dict[str, Any]]) -> PidMap:
     listed = {p["pid"] for p in procs if isinstance(p.get("pid"), int)}
     alias: dict[int, int] = {}
     for p in procs:
-        for a in p.get("nspid") or []:
+        for a in p.get("nspid") or [] if isinstance(p.get("pid"), int) else []:
             if isinstance(a, int) and a != p["pid"]:
                 alias.setdefault(a, p["pid"])
     out = PidMap("host")
@@ -92,9 +93,11 @@ def _pod(gpus: list[dict[str, Any]], fds: dict[str, Any]) -> PidMap:
     out = PidMap("pod")
     by_gpu = {g["index"]: (sorted(holders.get(g["minor_number"], set())) if isinstance(g.get("minor_number"), int)
                            else None, _pids(g)) for g in gpus}
-    for idx, (held, _) in by_gpu.items():
+    for idx, (held, pids) in by_gpu.items():
         if held:
             out.held_by[idx] = held
+        elif held is not None and not fds.get("unreadable_pids"):
+            out.outside |= set(pids)
     if all(held is not None and pid in held for held, pids in by_gpu.values() for pid in pids):
         for idx, (_, pids) in by_gpu.items():  # every NVML pid is a local holder of its GPU: ours
             for pid in pids:

@@ -107,8 +107,8 @@ def _ours(nvml: dict[str, Any], procs: list[dict[str, Any]]) -> set[int]:
     """NVML pids (host pids) that are vLLM processes here, plus those a pod cannot attribute at all
     (nvml_pids: host pids mean nothing inside a container): unknown is not "foreign"."""
     vllm = {p["pid"] for p in procs}
-    mapped = nvml_pids.pid_map(nvml, procs).local_of
-    return vllm | {n for n, local in mapped.items() if local is None or local in vllm}
+    m = nvml_pids.pid_map(nvml, procs)
+    return vllm | {n for n, local in m.local_of.items() if local in vllm or (local is None and n not in m.outside)}
 
 
 def _holders(gpu: dict[str, Any]) -> set[int]:
