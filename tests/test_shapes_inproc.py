@@ -69,6 +69,22 @@ def test_maps_are_read_in_bounded_chunks_and_stop_at_the_first_hit(tmp_path: Pat
     assert _inproc.mapped_extensions(tmp_path / "gone") == ([], "gone")
 
 
+def test_the_scan_is_bounded_and_says_what_it_did_not_reach(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    maps = tmp_path / "1" / "maps"
+    maps.parent.mkdir()
+    maps.write_text(MAPS)
+
+    def slow(proc_dir: Path) -> tuple[dict[str, Any] | None, str]:
+        time.sleep(0.5 if proc_dir.name == "2" else 0.0)
+        return _inproc.mapped_extensions(proc_dir / "maps")[0] and ({"x": 1}, "read") or (None, "gone")
+
+    monkeypatch.setattr(_inproc, "evidence", slow)
+    start = time.monotonic()
+    got = _inproc.scan([1, 2], lambda pid: tmp_path / str(pid), budget_s=0.2)
+    assert time.monotonic() - start < 0.45
+    assert got == {1: ({"x": 1}, "read"), 2: (None, "unchecked")}
+
+
 def test_only_python_interpreters_are_candidates() -> None:
     assert _inproc.is_python(["/usr/bin/python3.12", "run.py"]) and _inproc.is_python(["python", "-m", "x"])
     assert not _inproc.is_python(["/usr/bin/vllm", "serve"]) and not _inproc.is_python(["bash", "python"])
@@ -175,6 +191,8 @@ def test_no_deployment_says_which_pythons_could_not_be_checked() -> None:
     assert v.status == "no-deployment"
     assert "could not read the memory maps of 2 Python process(es) (pid 700, 701" in v.summary
     assert v.next_steps and "root" in v.next_steps[0]
+    s.probes["processes"].data["inprocess_scan"] = {"candidates": 3, "unreadable_pids": [], "unchecked_pids": [702]}
+    assert "ran out of time before reading the maps of 1 Python process(es) (pid 702)" in analyze([s]).verdict.summary
     s.probes["processes"].data["inprocess_scan"] = {"candidates": 3, "unreadable_pids": [], "truncated_pids": []}
     assert analyze([s]).verdict.summary == "No vLLM deployment found on n1."
 

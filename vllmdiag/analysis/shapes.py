@@ -98,11 +98,14 @@ def unchecked_pythons(snap: Any) -> str | None:
     scan = snap.data("processes").get("inprocess_scan") or {}
     denied = [p for p in scan.get("unreadable_pids") or [] if isinstance(p, int)]
     cut = [p for p in scan.get("truncated_pids") or [] if isinstance(p, int)]
-    if not denied and not cut:
+    late = [p for p in scan.get("unchecked_pids") or [] if isinstance(p, int)]
+    if not denied and not cut and not late:
         return None
     parts = ([f"could not read the memory maps of {len(denied)} Python process(es) (pid {', '.join(map(str, denied[:8]))}: "
               "permission denied)"] if denied else []) + (
-        [f"read only the start of the maps of pid {', '.join(map(str, cut[:8]))}"] if cut else [])
+        [f"read only the start of the maps of pid {', '.join(map(str, cut[:8]))}"] if cut else []) + (
+        [f"ran out of time before reading the maps of {len(late)} Python process(es) (pid "
+         f"{', '.join(map(str, late[:8]))})"] if late else [])
     return f"{snap.node}: " + "; ".join(parts) + ": an in-process vLLM engine (LLM() at TP=1) there would not be seen."
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,10 @@ MAX_CANDIDATES = 64  # a node with hundreds of Python processes: the 64 largest 
 # on CUDA, libtorch_cuda and cuBLAS (GBs) too. Virtual size counts mapped files whether or not their
 # pages are resident (swapping does not shrink it), so below this the maps are not worth reading.
 MIN_VSIZE_BYTES = 512 << 20
+# Reading the maps of a torch-sized process costs ~3 ms of kernel time (~3,000 lines): in parallel,
+# and the scan as a whole is bounded; what it did not reach is recorded as unchecked, never as "no vLLM".
+SCAN_THREADS = 8
+SCAN_BUDGET_S = 0.5
 
 
 def is_python(argv: list[str]) -> bool:
@@ -49,8 +55,10 @@ def extensions_in(maps_text: str) -> list[str]:
 def mapped_extensions(maps: Path, limit: int = MAPS_LIMIT) -> tuple[list[str], str]:
     """Read maps in chunks until a vLLM extension shows (then stop) or ``limit`` bytes were read.
     Returns (paths, how): how is ``read``, ``truncated`` (the limit cut the read short), ``denied``
-    (not ours to read: another user's process without root) or ``gone``."""
-    got, tail = 0, ""
+    (not ours to read: another user's process without root) or ``gone``. Lines are parsed only in
+    chunks that name a ``/vllm/`` directory at all: most candidates are other torch processes whose
+    thousands of lines would otherwise cost more to split than to read."""
+    got, tail = 0, b""
     try:
         with open(maps, "rb") as fh:
             while got < limit:
@@ -58,16 +66,16 @@ def mapped_extensions(maps: Path, limit: int = MAPS_LIMIT) -> tuple[list[str], s
                 if not chunk:
                     return [], "read"
                 got += len(chunk)
-                text = tail + chunk.decode("utf-8", "replace")
-                lines, _, tail = text.rpartition("\n")
-                found = extensions_in(lines)
+                lines, _, rest = (tail + chunk).rpartition(b"\n")
+                found = extensions_in(lines.decode("utf-8", "replace")) if b"/vllm/" in lines else []
                 if found:
                     return found[:4], "read"
+                tail = rest
     except PermissionError:
         return [], "denied"
     except OSError:
         return [], "gone"
-    found = extensions_in(tail)[:4]
+    found = extensions_in(tail.decode("utf-8", "replace"))[:4]
     return found, "read" if found else "truncated"
 
 
@@ -104,3 +112,15 @@ def evidence(proc_dir: Path) -> tuple[dict[str, Any] | None, str]:
     if not found:
         return None, how
     return {"selected_as": "vllm_mapped", "vllm_extensions": found, "gpu_fds": gpu_device_fds(proc_dir / "fd")}, how
+
+
+def scan(pids: list[int], proc_dir: Callable[[int], Path], budget_s: float = SCAN_BUDGET_S
+         ) -> dict[int, tuple[dict[str, Any] | None, str]]:
+    """``evidence`` of each pid, read in parallel; pids not reached within ``budget_s`` get (None, ``unchecked``)."""
+    if not pids:
+        return {}
+    pool = ThreadPoolExecutor(max_workers=min(SCAN_THREADS, len(pids)), thread_name_prefix="inproc-scan")
+    futures = {pid: pool.submit(evidence, proc_dir(pid)) for pid in pids}
+    wait(list(futures.values()), timeout=budget_s)
+    pool.shutdown(wait=False, cancel_futures=True)  # a read in flight ends on its own (bounded by MAPS_LIMIT)
+    return {pid: f.result() if f.done() and not f.cancelled() else (None, "unchecked") for pid, f in futures.items()}

@@ -100,11 +100,10 @@ def _inprocess(ctx: Context, table: dict[int, dict[str, Any]], taken: set[int], 
     ``scan`` records what could not be looked at (maps denied or cut short), so "no vLLM here" can say so."""
     out = []
     pids = _inproc.candidates(table, taken | {os.getpid()})
-    scan.update(candidates=len(pids), unreadable_pids=[], truncated_pids=[])
-    for pid in pids:
-        found, how = _inproc.evidence(ctx.proc(pid))
-        if how in ("denied", "truncated"):
-            scan["unreadable_pids" if how == "denied" else "truncated_pids"].append(pid)
+    scan.update(candidates=len(pids), unreadable_pids=[], truncated_pids=[], unchecked_pids=[])
+    for pid, (found, how) in sorted(_inproc.scan(pids, ctx.proc).items()):
+        if how in ("denied", "truncated", "unchecked"):
+            scan[{"denied": "unreadable_pids", "truncated": "truncated_pids"}.get(how, "unchecked_pids")].append(pid)
         if found is not None:
             desc = _describe(ctx, table[pid], *clock)
             if desc is not None and not desc["environ"]:  # the watcher's cheap pass skips environ
