@@ -201,6 +201,16 @@ def test_old_snapshots_and_the_hosts_namespace_read_nvml_pids_as_ours() -> None:
         assert pid_map(nvml_with({0: [17]}, None, ns), procs).gpu_of == {4242: 0}  # through NSpid
 
 
+def test_an_unreadable_pid_1_falls_back_on_our_own_namespace() -> None:
+    from vllmdiag.analysis.nvml_pids import INIT_PID_NS, pid_map
+    from vllmdiag.probes._gpu_fds import not_the_hosts
+
+    inside = {"self": POD_NS["self"], "proc_1": None, "self_nspid": [40]}  # pid 1 another user's
+    assert not_the_hosts(inside) and pid_map(nvml_with({0: [9000]}, {12: [0]}, inside), []).gpu_of == {12: 0}
+    host = {"self": INIT_PID_NS, "proc_1": None, "self_nspid": [4000]}
+    assert not not_the_hosts(host) and pid_map(nvml_with({0: [4000]}, None, host), []).gpu_of == {4000: 0}
+
+
 def test_the_probe_and_the_analysis_agree_on_the_hosts_namespace() -> None:
     from vllmdiag.analysis import nvml_pids
     from vllmdiag.probes import _gpu_fds
@@ -225,6 +235,15 @@ def test_a_sole_holder_of_two_gpus_named_by_two_host_pids_is_neither() -> None:
     assert m.gpu_of == {} and m.held_by == {0: [12], 1: [12]} and "GPU0: held by local pid(s) 12" in m.notes[0]
     m = pid_map(nvml_with({0: [9000], 1: []}, {12: [0, 1]}), [])
     assert m.gpu_of == {12: 0} and m.local_of == {9000: 12}
+
+
+def test_a_sole_holder_is_not_sole_when_some_fds_were_unreadable() -> None:
+    from vllmdiag.analysis.nvml_pids import pid_map
+
+    nvml = nvml_with({0: [9000]}, {12: [0]})
+    nvml["device_fds"]["unreadable_pids"] = [13]  # another user's process: it may hold GPU0 as well
+    m = pid_map(nvml, [])
+    assert m.gpu_of == {} and m.held_by == {0: [12]} and "unreadable" in m.notes[0]
 
 
 def test_blind_inside_a_pod_attributes_nothing_and_names_the_fix() -> None:

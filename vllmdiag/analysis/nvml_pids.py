@@ -44,7 +44,7 @@ class PidMap:
 def pid_map(nvml: dict[str, Any], procs: list[dict[str, Any]]) -> PidMap:
     ns = nvml.get("pid_namespace")
     gpus = [g for g in nvml.get("gpus") or [] if isinstance(g, dict) and isinstance(g.get("index"), int)]
-    if not isinstance(ns, dict) or ns.get("proc_1") in (INIT_PID_NS, None):
+    if procfs_namespace(ns) in (INIT_PID_NS, None):
         return _direct(gpus, procs)
     fds = nvml.get("device_fds")
     if not isinstance(fds, dict) or not isinstance(fds.get("holders"), dict):
@@ -54,6 +54,17 @@ def pid_map(nvml: dict[str, Any], procs: list[dict[str, Any]]) -> PidMap:
                              "hold the GPU device nodes: NVML's (host) pids are not attributed; " + FIX)
         return out
     return _pod(gpus, fds)
+
+
+def procfs_namespace(ns: Any) -> str | None:
+    """The pid namespace our /proc numbers: its pid 1's; when that link is unreadable (pid 1 may be
+    another user's, or not dumpable), ours if our NSpid has one entry (we live in that namespace)."""
+    if not isinstance(ns, dict):
+        return None
+    if isinstance(ns.get("proc_1"), str):
+        return str(ns["proc_1"])
+    nspid = ns.get("self_nspid")
+    return str(ns["self"]) if isinstance(nspid, list) and len(nspid) == 1 and isinstance(ns.get("self"), str) else None
 
 
 def gpu_by_pid(nvml: dict[str, Any], procs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -104,7 +115,11 @@ def _pod(gpus: list[dict[str, Any]], fds: dict[str, Any]) -> PidMap:
                 out.local_of[pid] = pid
                 out.gpu_of.setdefault(pid, idx)
         return out
-    _sole_holders(by_gpu, out)
+    if not fds.get("unreadable_pids"):  # a process whose fds we could not read may hold the GPU too
+        _sole_holders(by_gpu, out)
+    for _, pids in by_gpu.values():
+        for pid in pids:
+            out.local_of.setdefault(pid, None)
     _explain(by_gpu, fds, out)
     return out
 
@@ -121,9 +136,6 @@ def _sole_holders(by_gpu: dict[int, tuple[list[int] | None, list[int]]], out: Pi
         if len(named) == 1 and all(len(by_gpu[i][1]) == 1 for i in idxs):
             out.local_of[named.pop()] = local
             out.gpu_of[local] = min(idxs)
-    for _, pids in by_gpu.values():
-        for pid in pids:
-            out.local_of.setdefault(pid, None)
 
 
 def _explain(by_gpu: dict[int, tuple[list[int] | None, list[int]]], fds: dict[str, Any], out: PidMap) -> None:

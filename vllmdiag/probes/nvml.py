@@ -51,7 +51,7 @@ def _namespace_facts(ctx: Context, data: dict[str, Any]) -> None:
     own /dev/nvidia* fds are gone by then."""
     ns = _gpu_fds.pid_namespace(ctx)
     data["pid_namespace"] = ns
-    if ns["proc_1"] != _gpu_fds.INIT_PID_NS and data.get("gpus"):
+    if _gpu_fds.not_the_hosts(ns) and data.get("gpus"):
         data["device_fds"] = _gpu_fds.device_fds(ctx)
 
 
