@@ -85,3 +85,28 @@ def two_node_group(tmp_path: Path, fault_b: str, rank_b: int | None) -> Iterator
         finally:
             for dep in deps:
                 dep.down()
+
+
+@contextlib.contextmanager
+def two_node_ray(tmp_path: Path, fault: str, rank: int | None) -> Iterator[list[Any]]:
+    """`vllm serve --distributed-executor-backend ray` TP=4 over a two-node Ray cluster (namespaced):
+    node A (returned first) runs the head raylet, the API server, the EngineCore and ranks 0-1;
+    node B only a raylet whose actors hold ranks 2-3. ``fault`` is injected through the engine."""
+    from vllmdiag_sim.deployment import STATE_ENV, Deployment
+
+    from fleet_fixtures import free_port
+
+    port = free_port("127.0.0.1")
+    deps: list[Any] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(STATE_ENV, str(tmp_path / "sim"))
+        try:
+            node_b = Deployment.up(tp=4, namespace=True, nnodes=2, node_rank=1, master_port=port, shape="ray")
+            deps.append(node_b)
+            deps.insert(0, Deployment.up(tp=4, namespace=True, nnodes=2, node_rank=0, master_port=port,
+                                         shape="ray", fault=fault, rank=rank))
+            node_b.refresh()
+            yield deps
+        finally:
+            for dep in deps:
+                dep.down()

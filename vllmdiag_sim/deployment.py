@@ -189,7 +189,7 @@ class Deployment:
             argv += ["--data-parallel-size", str(self.dp)]
         if port:
             argv += ["--port", str(port)]
-        if self.nnodes > 1:
+        if self.nnodes > 1 and self.shape != "ray":  # Ray places ranks on its nodes itself
             argv += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
                      "--master-port", str(self.master_port)]
             argv += ["--headless"] if self.node_rank > 0 else []
@@ -207,7 +207,9 @@ class Deployment:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not (self.path / "acks" / "api-ready").exists():
+        # A Ray worker node runs only a raylet until the driver places actors there.
+        ready = "raylet-ready" if self.shape == "ray" and self.node_rank > 0 else "api-ready"
+        while not (self.path / "acks" / ready).exists():
             self.processes = procs.discover([self.launcher_pid]) or self.processes
             self.save()
             if self._popen.poll() is not None or time.monotonic() > deadline:

@@ -121,6 +121,8 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
     local = range(dep.node_rank * dep.tp // dep.nnodes, (dep.node_rank + 1) * dep.tp // dep.nnodes)
     if fault == "pp-stage-stuck":  # its rank is the stage that wedges
         rank = 0 if rank is None else rank
+    if dep.shape == "ray" and dep.nnodes > 1:  # the Ray driver's node steps every rank of the cluster
+        local = range(dep.tp) if dep.node_rank == 0 else range(0)
     rank = local[-1] if rank is None else rank
     if fault == "dp-out-of-step":  # its rank is the DP rank that never comes
         rank = dep.dp - 1 if rank is None or rank >= dep.dp else rank

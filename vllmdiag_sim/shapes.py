@@ -4,7 +4,9 @@
 - ``offline-inproc``: the same with `VLLM_ENABLE_V1_MULTIPROCESSING=0`: engine inside the script,
   workers are the script's children; at TP=1 there is no child, the model runs in the script.
 - ``ray``: a raylet is started first (a cluster started beforehand, like `ray start --head`), then
-  `vllm serve --distributed-executor-backend ray`; the workers are the raylet's children.
+  `vllm serve --distributed-executor-backend ray`; the workers are the raylet's children. With
+  ``nnodes`` > 1 (namespaced nodes), a Ray cluster: the other nodes run only a raylet whose actors
+  hold the ranks the driver places there (``ray_cluster_argv``).
 - ``pp``: `vllm serve --pipeline-parallel-size 2`: PP=2 x TP stages; workers `VLLM::Worker_PP{p}_TP{t}`,
   global rank p * TP + t, intermediate tensors sent stage to stage (`isend_tensor_dict` / `recv_object`).
 The orphaned engine is a fault (``api-killed``) on a running deployment of any shape with an API server.
@@ -17,12 +19,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from vllmdiag_sim import runtime
-from vllmdiag_sim.ray.raylet import SOCKET_ENV
+from vllmdiag_sim.ray.raylet import NODES_ENV, SOCKET_ENV
 
 if TYPE_CHECKING:
     from vllmdiag_sim.deployment import Deployment
@@ -51,7 +54,9 @@ class ShapeError(ValueError):
 def validate(shape: str, fault: str, tp: int, dp: int, nnodes: int) -> None:
     if shape not in SHAPES:
         raise ShapeError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
-    if shape not in ("serve", "dp", "ns") and (dp != 1 or nnodes != 1):
+    if shape == "ray" and nnodes > 1 and dp == 1:
+        pass  # a Ray cluster of `nnodes` namespaced nodes; the engine's node is node rank 0
+    elif shape not in ("serve", "dp", "ns") and (dp != 1 or nnodes != 1):
         raise ShapeError(f"shape {shape} runs DP=1 on one node")
     if shape == "pp" and fault == "pp-stage-stuck" and tp < 2:
         raise ShapeError("pp-stage-stuck wedges a stage's TP all_reduce: --tp 2 or more")
@@ -66,6 +71,8 @@ def launch_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[
     if dep.shape in ("offline", "offline-inproc"):
         argv = [sys.executable, "-m", "vllmdiag_sim.vllm.entrypoints.llm", "--tp", str(dep.tp)]
         return argv, ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if dep.shape == "offline-inproc" else {})
+    if dep.shape == "ray" and dep.nnodes > 1:
+        return ray_cluster_argv(dep, base_argv)
     if dep.shape == "ray":
         sock = str(dep.path / "raylet.sock")
         dep.extra_tops = [start_raylet(dep, sock)]
@@ -77,6 +84,30 @@ def launch_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[
 
         return base_argv, {STAY_ENV: "1"}
     return base_argv, {}
+
+
+def ray_cluster_dir(master_port: int) -> Path:
+    from vllmdiag_sim.deployment import state_root
+
+    return state_root() / f"raycluster-{master_port}"
+
+
+def ray_cluster_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """One node of a Ray cluster (each its own namespace): node rank 0 runs `ray start --head` and
+    `vllm serve --distributed-executor-backend ray` (the driver places ranks on every raylet),
+    the others only a raylet (`ray start --address=<head> --block`). Start the others first."""
+    if not dep.namespace:
+        raise ShapeError("a multi-node Ray cluster needs --namespace (one PID+mount namespace per node)")
+    cluster = ray_cluster_dir(dep.master_port)
+    cluster.mkdir(parents=True, exist_ok=True)
+    gcs = f"127.0.0.1:{dep.master_port}"
+    sock = str(cluster / f"node{dep.node_rank}.sock")
+    if dep.node_rank > 0:
+        return [sys.executable, "-m", "vllmdiag_sim.ray.raylet", "--socket", sock, "--gcs-address", gcs], \
+            {"SPT_NOENV": "1"}
+    peers = [str(cluster / f"node{r}.sock") for r in range(1, dep.nnodes)]
+    argv = [sys.executable, "-m", "vllmdiag_sim.ray.start", "--socket", sock, "--gcs-address", gcs, "--"]
+    return argv + base_argv + ["--distributed-executor-backend", "ray"], {SOCKET_ENV: sock, NODES_ENV: ",".join(peers)}
 
 
 def start_raylet(dep: Deployment, sock: str) -> int:

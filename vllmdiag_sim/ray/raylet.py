@@ -10,6 +10,7 @@ is one space-joined setproctitle string, as tools see retitled processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -21,22 +22,29 @@ import setproctitle
 from vllmdiag_sim import runtime
 
 SOCKET_ENV = "VLLMDIAG_SIM_RAYLET"
+NODES_ENV = "VLLMDIAG_SIM_RAY_NODES"  # the raylets of the cluster's other nodes (comma-separated sockets)
 RAYLET_TITLE = "/usr/local/lib/python3/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name={sock} " \
-               "--node_manager_port=0 --object_store_memory=0 --session_name=session_sim"
+               "--node_manager_port=0 --node_ip_address=127.0.0.1 --object_store_memory=0 --session_name=session_sim"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vllmdiag_sim.ray.raylet")
     parser.add_argument("--socket", required=True)
+    # The cluster's GCS (`ray start --address`): every raylet of one Ray cluster names the same one.
+    parser.add_argument("--gcs-address", default=None)
     args = parser.parse_args(argv)
-    setproctitle.setproctitle(RAYLET_TITLE.format(sock=args.socket))
+    title = RAYLET_TITLE.format(sock=args.socket)
+    setproctitle.setproctitle(title + (f" --gcs-address={args.gcs_address}" if args.gcs_address else ""))
     signal.signal(signal.SIGCHLD, lambda *_: _reap())
     with Listener(args.socket, "AF_UNIX") as listener:
         runtime.ack("raylet-ready")
         while True:
-            with listener.accept() as conn:
+            # Anyone may connect (a diagnostic tool probing listeners): a peer that sends no
+            # request is dropped, as the real raylet drops a bad client, and the node lives on.
+            with contextlib.suppress(EOFError, OSError), listener.accept() as conn:
                 request = conn.recv()
-                conn.send(_create_actors(request))
+                if isinstance(request, dict) and isinstance(request.get("actors"), list):
+                    conn.send(_create_actors(request))
     return 0
 
 
@@ -55,6 +63,8 @@ def _create_actors(request: dict[str, Any]) -> list[int]:
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            if spec.get("dir"):  # the sim's acks go to the driver's deployment (the one a fault is aimed at)
+                os.environ[runtime.ENV_DIR] = spec["dir"]
             try:
                 from vllmdiag_sim.vllm.v1.executor.ray_executor_v2 import RayWorkerProc
 

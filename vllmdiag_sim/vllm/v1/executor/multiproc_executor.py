@@ -41,8 +41,8 @@ class WorkerProc:
         if pc.dp_hub_ports:  # the DP group of this TP rank: the same TP rank of every DP rank
             self.worker.init_dp_group(collective.connect(pc.dp_hub_ports[self.rank], dp_rank), dp_rank)
         set_process_title("Worker", pc.worker_suffix(dp_rank, self.rank))
-        self.rpc_broadcast_mq = MessageQueue.create_from_handle(rpc_handle, local_rank)
-        self.worker_response_mq = MessageQueue(1, 1, max_chunk_bytes=24 * ringfmt.MiB, max_chunks=10)
+        self.rpc_broadcast_mq = MessageQueue.create_from_handle(rpc_handle, self._rpc_reader_rank(local_rank))
+        self.worker_response_mq = self._make_response_mq()
         tp_mq = None
         tp_local = pc.local_world_size // pc.pipeline_parallel_size  # the local ranks of one TP group
         if local_rank % tp_local == 0 and tp_local > 1:
@@ -66,6 +66,13 @@ class WorkerProc:
                              daemon=True).start()
         threading.Thread(target=self.async_output_busy_loop, name="WorkerAsyncOutputCopy",
                          daemon=True).start()
+
+    def _rpc_reader_rank(self, local_rank: int) -> int:
+        # MP: each node's workers read their own node's ring (a headless node relays the leader's).
+        return local_rank
+
+    def _make_response_mq(self) -> MessageQueue:
+        return MessageQueue(1, 1, max_chunk_bytes=24 * ringfmt.MiB, max_chunks=10)
 
     @staticmethod
     def worker_main(death_writers: list[multiprocessing.connection.Connection], *args: Any) -> None:
