@@ -229,6 +229,20 @@ def _shape(snap: Snapshot, dep: Deployment, by_pid: dict[int, dict[str, Any]],
         source = shapes.infer_ray_ranks(ray_workers, gpus, dep.configured.get("tp"), dep.configured.get("pp"))
         tie = ray_ties.get(dep.root_pid) or {"ties": ["process tree (raylet under the engine)"] if ray_workers else []}
         dep.ray = {"workers": [p["pid"] for p in ray_workers], "ties": tie.get("ties", []), "rank_source": source}
+        _ray_links(snap, dep, ray_workers)
+
+
+def _ray_links(snap: Snapshot, dep: Deployment, ray_workers: list[dict[str, Any]]) -> None:
+    """Multi-node Ray: the engine's rpc-queue connections from workers on other nodes, and each local
+    Ray worker's connections to other nodes (the fleet analysis pairs them; shapes.accepted_remote)."""
+    if snap.status("sockets") not in ("ok", "partial"):
+        dep.ray["links_seen"] = False
+        return
+    tcp = [e for e in snap.data("sockets").get("tcp") or [] if isinstance(e, dict)]
+    dep.ray["links_seen"] = True
+    dep.ray["remote_readers"] = [link for e in dep.engines for link in shapes.accepted_remote(tcp, e["pid"])]
+    if dep.kind == "ray_node":
+        dep.ray["links"] = {str(w["pid"]): shapes.remote_links(tcp, w["pid"]) for w in ray_workers}
 
 
 def _checked(proc: Any) -> dict[str, Any]:

@@ -105,6 +105,13 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
     if warnings:
         return write_verdict("degraded", warnings[0].layer, warnings, findings)
     blind = _blind_spots(snapshot) + gaps(snapshot, pids or set())
+    beyond = [f for f in findings if f.evidence.get("out_of_view")]  # part of it runs on another node
+    if beyond and not blind:
+        from vllmdiag.analysis.verdict import write_verdict
+
+        verdict = write_verdict("inconclusive", beyond[0].layer, beyond, findings)
+        verdict.summary, verdict.confidence = "Not all of it is on this node: " + beyond[0].message, "low"
+        return verdict
     if blind:
         return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
                        + "; ".join(blind), evidence=blind, confidence="low", next_steps=[FIX])

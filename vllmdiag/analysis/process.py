@@ -12,7 +12,8 @@ from vllmdiag.model import Culprit, Finding, Snapshot
 LAYER = "process"
 CODES = ("process.zombie", "process.stopped", "process.d_state", "process.rank_missing",
          "process.workers_orphaned", "process.engine_missing", "process.fd_pressure", "process.worker_starting",
-         "process.frontend_missing", "process.workers_unseen", "process.shape")
+         "process.frontend_missing", "process.workers_unseen", "process.shape", "process.ranks_elsewhere",
+         "process.engine_elsewhere")
 VLLM_ROLES = ("engine_core", "worker", "worker_starting", "dp_coordinator", "api_server", "api_server_child",
               "llm_client")
 STATE_CODES = {"Z": ("process.zombie", "is a zombie (exited, not reaped)"),
@@ -29,6 +30,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
         out += _states(snapshot, dep, _inferred_ranks(missing))
         out += _orphans_and_missing_engine(snapshot, dep)
         out += _orphaned_engine(snapshot, dep) + _ray_workers(snapshot, dep) + _shape(snapshot, dep)
+        out += _engine_elsewhere(snapshot, dep)
         out += missing
         out += _fd_pressure(snapshot, dep)
     return out
@@ -123,6 +125,33 @@ def _ray_workers(snap: Snapshot, dep: Deployment) -> list[Finding]:
                     {"engines": engines, "ray": dep.ray}, [])]
 
 
+def _ranks_elsewhere(snap: Snapshot, dep: Deployment, size: int, local: int, remote: list[dict[str, str]]) -> Finding:
+    """Ray placed some ranks on other nodes (RayExecutorV2: driver node first): they read the engine's rpc
+    queue over TCP. Not missing, not seen: the verdict about them is not ours to give from this node."""
+    peers = sorted({r["remote"].rsplit(":", 1)[0] for r in remote})
+    msg = (f"{size - local} of TP={size} rank(s) run on other node(s) of the Ray cluster ({', '.join(peers[:4])}): "
+           f"the EngineCore holds {len(remote)} TCP connection(s) from other nodes on its listeners (its rpc queue's "
+           f"remote readers). Only ranks 0-{local - 1} were "
+           "checked here; sweep the Ray cluster's nodes together (vllmdiag sweep) to check them all.")
+    return finding("process.ranks_elsewhere", LAYER, "info", snap, dep, msg, [e["pid"] for e in dep.engines],
+                   {"out_of_view": True, "local_ranks": local, "world": size, "remote_readers": remote}, [])
+
+
+def _engine_elsewhere(snap: Snapshot, dep: Deployment) -> list[Finding]:
+    """A Ray worker node seen alone: its workers serve an engine on another node, whose steps and rings
+    are not here, so "idle" here proves nothing about the deployment (never healthy, never blamed)."""
+    if dep.kind != "ray_node" or not dep.workers:
+        return []
+    links = dep.ray.get("links") or {}
+    peers = sorted({lk["remote"].rsplit(":", 1)[0] for v in links.values() for lk in v})
+    where = f" (connected to {', '.join(peers[:4])})" if peers else ""
+    msg = (f"{len(dep.workers)} Ray worker(s) of a vLLM deployment whose EngineCore runs on another node{where}: "
+           "their ranks, steps and peers can only be judged with that node. Sweep both nodes together "
+           "(vllmdiag sweep HEAD,THIS): the fleet analysis ties these workers to their engine.")
+    return [finding("process.engine_elsewhere", LAYER, "info", snap, dep, msg, [w["pid"] for w in dep.workers],
+                    {"out_of_view": True, "peers": peers}, [])]
+
+
 def _shape(snap: Snapshot, dep: Deployment) -> list[Finding]:
     if dep.kind == "serve" and dep.executor == "mp":
         return []
@@ -174,6 +203,10 @@ def _missing_ranks(snap: Snapshot, dep: Deployment) -> list[Finding]:
             continue  # the gaps are workers still starting under their plain title, not missing ones
         # Ray titles carry no rank: ours were inferred, so the count is sure and the number is not.
         guessed = any(w.get("rank_source") for w in present.values())
+        remote = dep.ray.get("remote_readers") or []
+        if dep.executor == "ray" and len(missing) <= len(remote):
+            out.append(_ranks_elsewhere(snap, dep, size, len(present), remote))
+            continue
         culprits = []
         for i, r in enumerate(missing):
             zombie = dead[i] if i < len(dead) else None

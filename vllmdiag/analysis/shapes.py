@@ -169,3 +169,24 @@ def infer_ray_ranks(workers: list[dict[str, Any]], gpus: dict[int, int], tp: int
         w["rank_source"] = source
         w["name"] = "Worker" + "".join(f"_{k.upper()}{v}" for k, v in sorted(ranks.items(), key=lambda kv: kv[0] != "pp"))
     return source
+
+
+# ---- Ray across nodes (vLLM 0.33 RayExecutorV2) -------------------------------------------------
+# Ranks on other nodes than the engine read its rpc MessageQueue over TCP: the engine binds an XPUB on
+# its node's Ray IP (`tcp://{ip}:0`) and each remote worker's SUB connects to it. So the engine holds one
+# accepted connection per remote rank whose other end no process of its own node owns, and the worker on
+# the other node holds the same connection reversed: that pair ties them across nodes, exactly.
+
+
+def remote_links(tcp: list[dict[str, Any]], pid: int) -> list[dict[str, str]]:
+    """Established TCP connections of ``pid`` whose other end no process seen on this node owns."""
+    here = {str(e.get("local")) for e in tcp}
+    return [{"local": str(e["local"]), "remote": str(e["remote"])} for e in tcp
+            if e.get("state") == "ESTABLISHED" and pid in (e.get("pids") or []) and str(e.get("remote")) not in here]
+
+
+def accepted_remote(tcp: list[dict[str, Any]], pid: int) -> list[dict[str, str]]:
+    """``remote_links`` of ``pid`` on a port it listens on: peers that connected to it (remote readers)."""
+    ports = {str(e.get("local")).rsplit(":", 1)[-1] for e in tcp
+             if e.get("state") == "LISTEN" and pid in (e.get("pids") or [])}
+    return [link for link in remote_links(tcp, pid) if link["local"].rsplit(":", 1)[-1] in ports]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from vllmdiag.analysis.engine import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
 from vllmdiag.analysis.fleet import groups as rank_groups
+from vllmdiag.analysis.fleet import ray as ray_groups
 from vllmdiag.analysis.fleet.collective import compare_across_nodes
 from vllmdiag.analysis.fleet.fold import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows
 from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, NodeOutcome, Report, Snapshot, SnapshotError, Verdict
@@ -120,7 +121,7 @@ def _status_map(node_status: Mapping[str, NodeOutcome] | Iterable[NodeOutcome] |
 def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[rank_groups.RankGroup]:
     """Replace node-local checks that a multi-node group defeats by checks over the whole group."""
     per_node = {n.name: [r.deployment for r in n.reports] for n in nodes.values() if n.snapshot is not None}
-    joined = [g for g in rank_groups.join(per_node) if g.nnodes > 1]
+    joined = [g for g in rank_groups.join(per_node) if g.nnodes > 1] + ray_groups.join(per_node)
     snaps = {n.name: n.snapshot for n in nodes.values() if n.snapshot is not None}
     touched: set[str] = set()
     for group in joined:
@@ -150,8 +151,10 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
 def _defeated(f: Finding, member: rank_groups.Member) -> bool:
     if f.deployment != member.deployment.id:
         return False
-    if f.code == "process.rank_missing":
+    if f.code == "process.rank_missing" or f.code in ray_groups.ELSEWHERE_CODES:
         return True  # each node holds only its share of the ranks; groups.check looks at the union
+    if f.layer == "gpu" and member.deployment.kind == "ray_node":
+        return True  # judged on node-local rank numbers, without the engine: the group's comparison replaces it
     # A headless node's `vllm serve --headless` has no frontend by design (vllm-internals 3.1): no engine
     # input endpoint, no HTTP port. Blaming it for them is a single-node view of a multi-node deployment.
     return member.headless and f.code in HEADLESS_FALSE_CODES

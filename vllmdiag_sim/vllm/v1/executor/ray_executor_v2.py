@@ -81,7 +81,7 @@ class RayExecutorV2(MultiprocExecutor):
         base = runtime.deployment_dir()
         path = str(base / f"driver-{os.getpid()}.sock") if base else f"/tmp/driver-{os.getpid()}.sock"
         with Listener(path, "AF_UNIX") as listener:
-            self.actor_pids: list[int] = []
+            self.actor_pids: list[Any] = []
             for node, raylet_sock in enumerate(raylets):
                 node_pc = dataclasses.replace(pc, nnodes=len(raylets), node_rank=node)
                 specs = [{"driver": path, "pc": node_pc, "dp_rank": self.dp_rank, "local_rank": r,
@@ -96,7 +96,7 @@ class RayExecutorV2(MultiprocExecutor):
         self.wait_for_ready(self._in_rank_order(conns))
         threading.Thread(target=lambda: None, name="RayWorkerMonitor", daemon=True).start()
 
-    def wait_for_ready(self, pipes: list[Connection]) -> None:  # type: ignore[override]
+    def wait_for_ready(self, pipes: list[Connection]) -> None:
         replies = [p.recv() for p in pipes]
         for rank, p in enumerate(pipes):  # each node's TP broadcaster is its first local rank's
             p.send(replies[rank - rank % self.per_node]["tp_handle"])

@@ -1,0 +1,88 @@
+"""Multi-node Ray (vLLM 0.33 RayExecutorV2): `vllm serve --distributed-executor-backend ray` with TP=4 over
+a two-node Ray cluster. Node A (gpu00) runs the API server, the EngineCore and ranks 0-1; node B (gpu01)
+only a raylet whose actors hold ranks 2-3 and read the engine's rpc queue over TCP. Each node is a real
+PID+mount namespace swept through ClusterShell's exec worker with nsenter; the saved sweep is analysed
+again offline. Seen alone, neither node reads healthy and nothing is blamed on it; swept together, the
+workers on B are tied to A's engine by their TCP connections and the whole group is compared."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fleet_fixtures import ns_init_pid, skip_reason
+from sim_fixtures import two_node_ray
+
+pytestmark = [pytest.mark.root, pytest.mark.slow,
+              pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
+sim = pytest.importorskip("vllmdiag_sim.deployment")
+
+
+def run_json(*args: str) -> tuple[int, dict[str, Any]]:
+    proc = subprocess.run([sys.executable, "-m", "vllmdiag", *args, "--json"], capture_output=True, text=True,
+                          timeout=150)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module", params=["healthy", "straggler"])
+def swept(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp(f"ray-{request.param}")
+    with two_node_ray(tmp, request.param, 3 if request.param == "straggler" else None) as deps:
+        for name, dep in zip(("gpu00", "gpu01"), deps, strict=True):
+            (tmp / name).symlink_to(f"/proc/{ns_init_pid(dep.launcher_pid)}")
+        rc, out = run_json("sweep", "gpu00,gpu01", "--exec", f"nsenter --pid={tmp}/%h/ns/pid --mount={tmp}/%h/ns/mnt --",
+                           "--remote-cmd", f"{sys.executable} -m vllmdiag", "--save", str(tmp / "saved"))
+    yield {"fault": request.param, "rc": rc, "out": out, "saved": tmp / "saved"}
+
+
+def test_sweep_ties_node_b_workers_to_the_engine_and_judges_the_whole_group(swept: dict[str, Any]) -> None:
+    out, v = swept["out"], swept["out"]["verdict"]
+    assert [n["status"] for n in out["nodes"]] == ["ok", "ok"], out["nodes"]
+    assert [g["nodes"] for g in out["fleet"]["groups"]] == [["gpu00", "gpu01"]], out["fleet"]["groups"]
+    ranks = {(d["node"], p["ranks"].get("tp")) for d in out["deployments"] for p in d["processes"] if p["role"] == "worker"}
+    assert ranks == {("gpu00", 0), ("gpu00", 1), ("gpu01", 2), ("gpu01", 3)}, ranks
+    if swept["fault"] == "healthy":
+        assert (swept["rc"], v["status"]) == (0, "healthy"), v["summary"]
+        return
+    assert (swept["rc"], v["status"], v["layer"]) == (1, "blocked", "gpu"), v["summary"]
+    assert [(c["node"], c["rank"]) for c in v["culprits"]] == [("gpu01", 3)], v["culprits"]
+    odd = [f for f in out["findings"] if f["code"] == "fleet.rank_straggler"]
+    assert odd and odd[0]["evidence"]["waiting"] == "gpu00:TP[0-1],gpu01:TP2", odd
+    assert not [f for f in out["findings"] if f["severity"] != "info" and f["node"] == "gpu00"]
+
+
+def test_saved_sweep_gives_the_same_verdict(swept: dict[str, Any]) -> None:
+    rc, again = run_json("analyze", str(swept["saved"]))
+    v, first = again["verdict"], swept["out"]["verdict"]
+    assert (rc, v["status"], v["layer"]) == (swept["rc"], first["status"], first["layer"]), v["summary"]
+    assert [(c["node"], c["rank"]) for c in v["culprits"]] == [(c["node"], c["rank"]) for c in first["culprits"]]
+
+
+def test_node_b_alone_says_the_engine_is_elsewhere_and_blames_no_rank_by_a_wrong_number(swept: dict[str, Any]) -> None:
+    rc, out = run_json("analyze", str(swept["saved"] / "gpu01.json"))
+    v = out["verdict"]
+    assert v["status"] != "healthy" and rc != 0, v["summary"]
+    elsewhere = [f for f in out["findings"] if f["code"] == "process.engine_elsewhere"]
+    assert elsewhere and "another node" in elsewhere[0]["message"] and "sweep" in elsewhere[0]["message"]
+    if swept["fault"] == "healthy":
+        assert v["status"] == "inconclusive" and not v["culprits"], v["summary"]
+    else:  # the stuck actor is odd one out on its own node too: it is the one named (by pid)
+        assert {c["pid"] for c in v["culprits"]} <= {p["pid"] for d in out["deployments"] for p in d["processes"]
+                                                      if p["role"] == "worker"}
+
+
+def test_node_a_alone_says_ranks_run_elsewhere_never_healthy_or_missing(swept: dict[str, Any]) -> None:
+    rc, out = run_json("analyze", str(swept["saved"] / "gpu00.json"))
+    v = out["verdict"]
+    assert v["status"] != "healthy" and rc != 0, v["summary"]
+    assert not [f for f in out["findings"] if f["code"] == "process.rank_missing"]
+    elsewhere = [f for f in out["findings"] if f["code"] == "process.ranks_elsewhere"]
+    assert elsewhere and elsewhere[0]["evidence"]["world"] == 4 and elsewhere[0]["evidence"]["local_ranks"] == 2
+    if swept["fault"] == "healthy":
+        assert v["status"] == "inconclusive" and "other node" in v["summary"], v["summary"]
