@@ -157,6 +157,7 @@ def test_gpu_picture_lands_on_the_workers_not_on_processes_with_the_host_pid_num
     note = finding(report, "gpu.nvml_pids_foreign")
     assert note["severity"] == "info" and note["evidence"]["unattributed_nvml_pids"] == []
     assert f"host pid {p.host['tp0']} = pid {tp0}" in note["message"]
+    assert note["evidence"]["attributed"][str(p.host["tp1"])] == {"pid": tp1, "gpu": 1, "used_memory_bytes": 1 << 30}
 
 
 @needs_pod

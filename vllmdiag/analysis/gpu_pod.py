@@ -23,11 +23,18 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
         return []
     mapped = {n: p for n, p in sorted(m.local_of.items()) if p is not None}
     how = ", ".join(f"host pid {n} = pid {p}" for n, p in mapped.items()) or "none"
-    msg = ("vllmdiag runs inside a container's PID namespace; NVML names processes by host pid, so GPUs were "
-           f"tied to processes here through their /dev/nvidia* device nodes (attributed: {how}).")
+    tied = ("GPUs were tied to processes here through their /dev/nvidia* device nodes" if m.mode == "pod"
+            else "no GPU could be tied to a process here")
+    msg = (f"vllmdiag runs inside a container's PID namespace, where NVML's pids (the host's) mean nothing; {tied} "
+           f"(attributed: {how}).")
     if m.notes:
         msg += " " + " ".join(m.notes)
-    evidence = {"mode": m.mode, "attributed": {str(n): p for n, p in mapped.items()},
+    memory = {e["pid"]: e.get("used_memory_bytes") for g in nvml.get("gpus") or [] if isinstance(g, dict)
+              for e in g.get("processes") or [] if isinstance(e, dict) and isinstance(e.get("pid"), int)}
+    # NVML's per-process memory travels with the attribution: the reader can check it against the
+    # process (a worker holds its weights + KV cache; a stray process a few hundred MiB).
+    evidence = {"mode": m.mode, "attributed": {str(n): {"pid": p, "gpu": m.gpu_of.get(p),
+                                                        "used_memory_bytes": memory.get(n)} for n, p in mapped.items()},
                 "unattributed_nvml_pids": sorted(n for n, p in m.local_of.items() if p is None),
                 "held_by": {f"GPU{g}": hs for g, hs in sorted(m.held_by.items())},
                 "pid_namespace": nvml.get("pid_namespace")}

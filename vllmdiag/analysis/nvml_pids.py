@@ -50,8 +50,8 @@ def pid_map(nvml: dict[str, Any], procs: list[dict[str, Any]]) -> PidMap:
     if not isinstance(fds, dict) or not isinstance(fds.get("holders"), dict):
         out = PidMap("blind", local_of={p: None for g in gpus for p in _pids(g)})
         if out.local_of:
-            out.notes.append("vllmdiag runs in a container's PID namespace and could not read which processes "
-                             "hold the GPU device nodes: NVML's (host) pids are not attributed; " + FIX)
+            out.notes.append("Which processes hold the GPU device nodes could not be read, so no NVML (host) pid "
+                             "is attributed; " + FIX + ".")
         return out
     return _pod(gpus, fds)
 
@@ -153,8 +153,7 @@ def _explain(by_gpu: dict[int, tuple[list[int] | None, list[int]]], fds: dict[st
             parts.append(f"GPU{idx}: held by local pid(s) {_list(held)} together, NVML names host pid(s) {_list(pids)}")
     denied = fds.get("unreadable_pids") or []
     why = f"; the fds of local pid(s) {_list(denied)} were unreadable" if denied else ""
-    out.notes.append("vllmdiag runs in a container's PID namespace, where NVML's pids (the host's) mean nothing: "
-                     + "; ".join(parts) + why + ". Per-process GPU figures there are not attributed; " + FIX)
+    out.notes.append("; ".join(parts) + why + ". Per-process GPU figures there are not attributed; " + FIX + ".")
 
 
 def _list(pids: list[Any]) -> str:
