@@ -167,5 +167,16 @@ def test_a_silent_tcp_listener_of_a_process_whose_zmq_answered_is_not_looked_at_
         assert any(r["status"] == "ok" for e, r in z.items() if e.startswith("ipc://"))
         assert z[f"tcp://127.0.0.5:{port}"]["status"] == "timeout"
         assert z[f"tcp://127.0.0.5:{port}"]["attempts"] == 1
+        # ... and the first look itself ended once the greeting elsewhere settled it (the round runs
+        # side by side), saying why; the silent listener still received no byte from us.
+        assert "greeted on another socket" in z[f"tcp://127.0.0.5:{port}"]["cut_short"]
+        conn, _ = silent.accept()
+        conn.setblocking(False)
+        try:
+            got = conn.recv(1)  # b"" (closed) or nothing yet
+        except (BlockingIOError, ConnectionResetError):  # we hang up with a RST (linger 0)
+            got = b""
+        conn.close()
+        assert got == b""
     finally:
         silent.close()

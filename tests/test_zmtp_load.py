@@ -121,3 +121,23 @@ def test_the_second_look_stays_within_the_budget(slow_listener: tuple[str, list[
     start = time.monotonic()
     (r,) = check_all(ctx, [(endpoint, "", [1], endpoint)])
     assert time.monotonic() - start < 1.0 and r["status"] == "timeout"
+
+
+def test_a_prompt_answer_of_another_process_never_cuts_a_slow_look_short(slow_listener: tuple[str, list[float]],
+                                                                        tmp_path: Path) -> None:
+    """The early end of a silent look needs *its own* process to have greeted elsewhere: a slow
+    listener beside a prompt one of another pid is still waited for, and looked at again."""
+    import zmq
+
+    endpoint, _ = slow_listener
+    zctx = zmq.Context()
+    router = zctx.socket(zmq.ROUTER)
+    prompt = f"ipc://{tmp_path / 'prompt.sock'}"
+    router.bind(prompt)
+    try:
+        ctx = Context(deadline=time.monotonic() + 5.0)
+        slow, fast = check_all(ctx, [(endpoint, "", [4242], endpoint), (prompt, "", [4343], prompt)])
+    finally:
+        zctx.destroy(linger=0)
+    assert fast["status"] == "ok"
+    assert slow["status"] == "ok" and slow["attempts"] == 2 and "cut_short" not in slow["first_attempt"]

@@ -18,6 +18,7 @@ import errno
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 SIGNATURE_LEN = 10
@@ -25,6 +26,11 @@ GREETING_LEN = 64
 # signature (0xFF, 8 padding bytes, 0x7F), version 3.0, mechanism NULL, as-server 0, filler.
 OUR_GREETING = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0") + b"\0" + b"\0" * 31
 MAX_COMMAND_BYTES = 1 << 16
+POLL_S = 0.01  # how often a silent wait asks ``give_up`` (a wake-up costs microseconds)
+
+
+class _GaveUp(Exception):
+    """The caller's ``give_up`` said this wait is settled elsewhere (see endpoints.check_all)."""
 
 
 class _Stop(Exception):
@@ -33,12 +39,15 @@ class _Stop(Exception):
         self.status, self.reason, self.stage = status, reason, stage
 
 
-def check(endpoint: str, timeout_s: float = 0.5, *, fs_root: str = "") -> dict[str, Any]:
+def check(endpoint: str, timeout_s: float = 0.5, *, fs_root: str = "",
+          give_up: Callable[[float], str | None] | None = None) -> dict[str, Any]:
     """Greet the ZMQ socket listening at ``ipc://path`` or ``tcp://host:port``; never raises.
 
     ``fs_root`` prefixes ipc paths (``/proc/<pid>/root`` reaches a socket file in another mount
     namespace). The result always has ``status``: ok | greeted (non-NULL mechanism, not pursued) |
     rejected (peer sent ERROR) | not_zmtp | closed | refused | no_listener | timeout | error.
+    ``give_up(waited_s)``, asked every ``POLL_S`` while the peer has sent nothing at all, ends the wait
+    early as a ``timeout`` with ``cut_short`` set to the reason it returns (None: keep waiting).
     """
     out: dict[str, Any] = {"endpoint": endpoint, "status": "error", "peer_socket_type": None, "mechanism": None,
                            "version": None, "latency_ms": None, "stage": None, "reason": None}
@@ -49,7 +58,7 @@ def check(endpoint: str, timeout_s: float = 0.5, *, fs_root: str = "") -> dict[s
     try:
         sock = _connect(endpoint, deadline, fs_root)
         stage = "signature"
-        sig = _recv_exact(sock, SIGNATURE_LEN, deadline)
+        sig = _recv_exact(sock, SIGNATURE_LEN, deadline, give_up and (lambda: give_up(time.monotonic() - start)))
         if sig[0] != 0xFF or sig[9] != 0x7F:
             raise _Stop("not_zmtp", "peer did not start with a ZMTP signature", stage)
         stage = "greeting"
@@ -71,6 +80,9 @@ def check(endpoint: str, timeout_s: float = 0.5, *, fs_root: str = "") -> dict[s
         out.update(status="ok", peer_socket_type=props.get("Socket-Type"), stage="done")
     except _Stop as stop:
         out.update(status=stop.status, reason=stop.reason, stage=stop.stage)
+    except _GaveUp as why:
+        waited = time.monotonic() - start
+        out.update(status="timeout", reason=f"no answer within {waited:.2f} s; {why}", stage=stage, cut_short=str(why))
     except TimeoutError:
         out.update(status="timeout", reason=f"no answer within {timeout_s:.2f} s", stage=stage)
     except OSError as exc:
@@ -105,11 +117,23 @@ def _connect(endpoint: str, deadline: float, fs_root: str) -> socket.socket:
     return sock
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float,
+                give_up: Callable[[], str | None] | None = None) -> bytes:
     buf = b""
     while len(buf) < n:
-        sock.settimeout(_left(deadline))
-        chunk = sock.recv(n - len(buf))
+        left = _left(deadline)
+        if give_up is None or buf:
+            sock.settimeout(left)
+            chunk = sock.recv(n - len(buf))
+        else:  # nothing received yet: wait in slices, asking whether the wait is still worth it
+            sock.settimeout(min(left, POLL_S))
+            try:
+                chunk = sock.recv(n - len(buf))
+            except TimeoutError:
+                why = give_up()
+                if why:
+                    raise _GaveUp(why) from None
+                continue
         if not chunk:
             raise _Stop("closed", f"peer closed after {len(buf)} of {n} bytes", "read")
         buf += chunk

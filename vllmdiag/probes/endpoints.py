@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,6 +29,10 @@ MAX_STALE_LISTED = 200
 ZMTP_BUDGET_S = 2.0
 FIRST_WAIT_S = 0.25  # a live local listener answers in milliseconds
 RETRY_WAIT_S = 1.2  # the second look, for those that did not answer the first (a loaded host)
+# A silent listener of a process whose libzmq already greeted on another socket is not ZMQ (see
+# _prompt_pids): its wait ends CUT_FACTOR times that greeting's latency later, never before CUT_MIN_S.
+CUT_MIN_S = 0.1
+CUT_FACTOR = 3.0
 ZMQ_TCP_ROLES = {"api_server", "api_server_child", "engine_core", "dp_coordinator"}
 
 
@@ -190,7 +195,7 @@ def check_all(ctx: Context, targets: list[tuple[str, str, list[int], str]],
     # a live local listener answers in milliseconds: the first look is short.
     first = float(ctx.options.get("zmtp_timeout_s", FIRST_WAIT_S))
     with ThreadPoolExecutor(max_workers=min(16, len(targets)), thread_name_prefix="zmtp") as pool:
-        results = _round(pool, targets, first, budget)
+        results = _round(pool, targets, first, budget, cut_short=True)
         # Under load (2 cores at load 5) a healthy endpoint missed 0.25 s and became a false finding
         # (issue 15, item 15): a timeout is a reason to look again, longer, never an answer. Listeners
         # held only by stopped or dead processes cannot answer; the process layer names those.
@@ -220,12 +225,33 @@ def _prompt_pids(targets: list[tuple[str, str, list[int], str]], results: list[d
 
 
 def _round(pool: ThreadPoolExecutor, targets: list[tuple[str, str, list[int], str]], want_s: float,
-           budget_s: float) -> list[dict[str, Any]]:
-    """One parallel round; the per-endpoint wait shrinks so that every round fits budget_s."""
+           budget_s: float, cut_short: bool = False) -> list[dict[str, Any]]:
+    """One parallel round; the per-endpoint wait shrinks so that every round fits budget_s. With
+    ``cut_short``, the looks run side by side and a silent one ends once every process holding it has
+    greeted promptly on another socket (the rule of _prompt_pids, applied while waiting, so a healthy
+    EngineCore's TCPStore listener no longer holds the round for the whole first look)."""
     rounds = -(-len(targets) // min(16, len(targets)))
     per = max(0.05, min(want_s, budget_s / rounds))
-    return list(pool.map(lambda t: {**_zmtp.check(t[0], per, fs_root=t[1]), "pids": t[2], "listener": t[3],
-                                    "attempts": 1, "wait_s": round(per, 3)}, targets))
+    prompt: dict[int, float] = {}  # pid -> latency (s) of its prompt greeting on some socket
+    lock = threading.Lock()
+
+    def give_up(pids: list[int], waited: float) -> str | None:
+        with lock:
+            seen = [prompt[p] for p in pids if p in prompt]
+        if not pids or len(seen) < len(pids) or waited < max(CUT_MIN_S, CUT_FACTOR * max(seen)):
+            return None
+        return (f"pid(s) {', '.join(map(str, pids[:4]))} greeted on another socket within {max(seen) * 1000:.0f} ms, "
+                "so this silent listener is not ZMQ (a TCPStore, gloo or NCCL socket)")
+
+    def look(t: tuple[str, str, list[int], str]) -> dict[str, Any]:
+        r = _zmtp.check(t[0], per, fs_root=t[1], give_up=(lambda w: give_up(t[2], w)) if cut_short else None)
+        if r["status"] == "ok" and float(r.get("latency_ms") or 0.0) < want_s * 500:
+            with lock:
+                for pid in t[2]:
+                    prompt[pid] = min(prompt.get(pid, 1e9), float(r["latency_ms"]) / 1000)
+        return {**r, "pids": t[2], "listener": t[3], "attempts": 1, "wait_s": round(per, 3)}
+
+    return list(pool.map(look, targets))
 
 
 def http_port(proc: dict[str, Any]) -> int:
