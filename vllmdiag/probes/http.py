@@ -27,7 +27,7 @@ METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": 
 # (vLLM reserves the HTTP port long before listen(), vllm-internals 3.3 step 8) is in none of them.
 NET_TABLES = {"tcp": 9, "tcp6": 9, "udp": 9, "udp6": 9, "raw": 9, "raw6": 9, "udplite": 9, "udplite6": 9, "unix": 6,
               "netlink": 9, "packet": 8}  # table -> column of the inode
-MIN_GAP_S = 0.2  # Send-Q and token counters over 0.2 s on loopback; longer with --watch
+MIN_GAP_S = 0.1  # Send-Q and token counters; taken when the slow probes are back, so usually longer; --watch stretches it
 RESERVE_S = 1.5  # kept for the second sample after waiting for the other probes
 MAX_BODY = 8 << 20
 _NAME = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{)?")
