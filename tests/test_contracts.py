@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from importlib import resources
 from pathlib import Path
 
 import vllmdiag.analysis as analysis_pkg
@@ -67,3 +68,16 @@ def test_playbooks_validate_and_confirm_steps_are_read_only() -> None:
     for code, body in books.items():
         for cmd in body["confirm"]:
             assert not forbidden.search(cmd), f"{code}: confirm step is not read-only: {cmd}"
+
+
+def test_the_fast_yaml_loader_reads_every_shipped_file_as_the_pure_python_one() -> None:
+    """Rules and playbooks load with libyaml's loader when there is one (speed): the same documents."""
+    import yaml
+
+    from vllmdiag.playbook import SAFE_LOADER
+
+    files = sorted(resources.files("vllmdiag.playbooks").iterdir(), key=lambda e: e.name)
+    texts = [f.read_text("utf-8") for f in files if f.name.endswith(".yaml")]
+    assert len(texts) >= 2
+    for text in texts:
+        assert yaml.load(text, Loader=SAFE_LOADER) == yaml.load(text, Loader=yaml.SafeLoader)

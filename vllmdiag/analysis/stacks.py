@@ -18,6 +18,7 @@ import yaml
 
 from vllmdiag.errors import BadInput
 from vllmdiag.model import Snapshot
+from vllmdiag.playbook import SAFE_LOADER
 from vllmdiag.stack_classes import COLLECTIVE, UNKNOWN
 
 ENV_EXTRA = "VLLMDIAG_STACK_RULES"
@@ -258,7 +259,7 @@ def call_site(frames: list[Frame]) -> str | None:
 # ---- loading and validation ------------------------------------------------------------------
 @functools.lru_cache(maxsize=8)
 def _load_cached(extra: str | None) -> Rules:
-    base = yaml.safe_load(resources.files("vllmdiag.playbooks").joinpath("stack_rules.yaml").read_text("utf-8"))
+    base = yaml.load(resources.files("vllmdiag.playbooks").joinpath("stack_rules.yaml").read_text("utf-8"), Loader=SAFE_LOADER)
     rules = parse_rules(base, "stack_rules.yaml")
     if extra:
         from vllmdiag.infile import InputError, read_yaml
