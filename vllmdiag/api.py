@@ -38,11 +38,13 @@ class TriageResult:
 
 
 def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
-            budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, hard: bool = True) -> Snapshot:
+            budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, hard: bool = True,
+            meanwhile: Callable[[], None] | None = None) -> Snapshot:
     """One snapshot of this node within ``budget_s`` (which includes any --watch window).
 
     ``hard``: collect in a child process killed at the budget (vllmdiag/hardstop.py), so no probe
-    can hold the caller past it; False runs in this process (the runner's watchdog only)."""
+    can hold the caller past it; False runs in this process (the runner's watchdog only).
+    ``meanwhile``: what this process does while the child collects (hard only; see hardstop)."""
     ctx = ctx or Context()
     ctx.options.update(options or {})
     # An option named like an opt-in probe (nccl_ras, preflight, ...) turns that probe on.
@@ -50,7 +52,7 @@ def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None =
     if hard:
         from vllmdiag.hardstop import collect_bounded
 
-        return collect_bounded(ctx, probes=probes, enable=enable, budget_s=budget_s)
+        return collect_bounded(ctx, probes=probes, enable=enable, budget_s=budget_s, meanwhile=meanwhile)
     return collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s)
 
 
@@ -64,7 +66,6 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     """The quick pass; a stack resample of the few pictures that would be a hang if they held; and,
     only when work is in flight and nothing moved, the confirm window (``confirm_s``, 0 = off)."""
     from vllmdiag import confirm
-    from vllmdiag.analysis.engine import analyze
 
     started = time.monotonic()  # the confirm window counts from here: the quick pass is part of it
     opts = dict(options or {})
@@ -73,6 +74,8 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     wanted = set(pids) if pids else None
     quick_ctx = confirm.fresh_context(ctx)
     snap = collect_node(probes=probes, options=opts, budget_s=budget_s, ctx=ctx)
+    from vllmdiag.analysis.engine import analyze  # loaded while the child collected (warm_analysis)
+
     report = analyze([snap], wanted)
     if watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=opts,
                         ctx=quick_ctx, on_confirm=on_confirm):
@@ -130,7 +133,7 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
     from vllmdiag import confirm
 
     quick_ctx = confirm.fresh_context(ctx)
-    snap = collect(probes=probes, options=options, budget_s=budget_s, ctx=ctx)
+    snap = collect(probes=probes, options=options, budget_s=budget_s, ctx=ctx, meanwhile=warm_analysis)
     done_at = time.monotonic()
     if probes is not None and "stacks" not in probes:
         return snap
@@ -144,6 +147,16 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
     if again:
         confirm.resample(snap, again, collect, dict(options or {}), quick_ctx, time.monotonic() - done_at)
     return snap
+
+
+def warm_analysis() -> None:
+    """Import analysis and parse the stack rules: the parent does it while its child collects (a
+    --ship bundle without PyYAML fails here quietly and says why later, where it always did)."""
+    from vllmdiag.analysis.engine import analyze  # noqa: F401
+    from vllmdiag.analysis.second_look import resample_pids  # noqa: F401
+    from vllmdiag.analysis.stacks import load_rules
+
+    load_rules()
 
 
 def suspected_roots(report: Report) -> dict[int, str]:

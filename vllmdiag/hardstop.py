@@ -19,6 +19,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from vllmdiag import __version__
@@ -34,7 +35,11 @@ KILLED = "collector killed at the budget ({:.1f} s): a probe held it past every 
 
 
 def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: set[str] | None = None,
-                    budget_s: float, registry: dict[str, Probe] | None = None, grace_s: float = GRACE_S) -> Snapshot:
+                    budget_s: float, registry: dict[str, Probe] | None = None, grace_s: float = GRACE_S,
+                    meanwhile: Callable[[], None] | None = None) -> Snapshot:
+    """``meanwhile`` runs in a thread of this (parent) process while the child collects: the parent
+    only waits on a pipe then, so what comes next (imports, rules) costs no wall time. It is started
+    after the fork (a thread inside an import at fork time would leave the child's import lock held)."""
     from vllmdiag.runner import collect_snapshot
 
     registry = registry if registry is not None else discover()
@@ -48,6 +53,7 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
         _child(wfd, lambda: collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s, registry=registry),
                ctx)
     os.close(wfd)
+    helper = _start(meanwhile)
     killed = False
     try:
         raw, complete = _read_until(rfd, start + budget_s + grace_s)
@@ -60,7 +66,24 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
         killed = True
         kill_session(pid)
     _reap(pid)
+    if helper is not None:
+        helper.join(REAP_S)  # before any later fork; imports do not hang, and a daemon thread cannot hold us
     return _assemble(raw, killed, names, ctx, started_at, time.monotonic() - start, budget_s)
+
+
+def _start(meanwhile: Callable[[], None] | None) -> threading.Thread | None:
+    if meanwhile is None:
+        return None
+
+    def run() -> None:
+        try:
+            meanwhile()
+        except Exception:  # noqa: BLE001 - a head start only: the real call later raises it properly
+            pass
+
+    helper = threading.Thread(target=run, name="meanwhile", daemon=True)
+    helper.start()
+    return helper
 
 
 def _child(wfd: int, run: Any, ctx: Context) -> None:
