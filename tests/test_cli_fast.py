@@ -1,0 +1,64 @@
+"""``vllmdiag triage`` read without typer (speed) must be exactly typer's reading, or typer's turn."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import pytest
+import typer.main
+
+import vllmdiag.cli as cli
+from vllmdiag.cli_fast import FLAGS, VALUES, triage_kwargs
+
+TRIAGE = cli.triage_command
+LINES = [[], ["--json"], ["--json", "--pid", "5"], ["--pid", "5", "--pid=7", "-v"], ["--budget", "3.5", "--confirm=0"],
+         ["--save", "s.json", "--report", "r.md", "--watch", "2"], ["--probe", "stacks", "--probe", "rings", "--native"],
+         ["--nonblocking", "--nccl-ras", "--probe-request", "--enable", "nccl_ras", "--verbose"],
+         ["--budget", "1", "--budget", "2"], ["--pid", "1_0"]]
+TYPER_ONLY = [["--help"], ["-h"], ["--pid"], ["--pid", "x"], ["--pid", ""], ["--pid", "-5"], ["--save", "--json"],
+              ["--jsn"], ["--json=1"], ["stray"], ["--", "--json"], ["-vv"], ["--budget", " 2"]]
+
+
+def _typer_call(args: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    @functools.wraps(cli.triage_command)
+    def record(**kwargs: Any) -> int:
+        seen.update(kwargs)
+        return 0
+
+    monkeypatch.setattr(cli, "triage_command", record)
+    app = cli.build_app(["triage"])
+    typer.main.get_command(app).main(["triage", *args], standalone_mode=False)
+    return seen
+
+
+def test_every_fast_option_is_declared_by_the_typer_command() -> None:
+    command = typer.main.get_command(cli.build_app(["triage"])).commands["triage"]  # type: ignore[attr-defined]
+    declared = {opt: p for p in command.params for opt in p.opts}
+    for opt, param in FLAGS.items():
+        assert declared[opt].name == param and declared[opt].is_flag
+    for opt, (param, _, many) in VALUES.items():
+        assert declared[opt].name == param and not declared[opt].is_flag and declared[opt].multiple == many
+    # a new triage option must be added to the fast path too, or triage lines using it go through typer
+    assert set(declared) == set(FLAGS) | set(VALUES)
+
+
+@pytest.mark.parametrize("args", LINES, ids=" ".join)
+def test_the_fast_reading_is_typers(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = triage_kwargs(args)
+    assert fast is not None
+    call = inspect.signature(TRIAGE).bind(**fast)
+    call.apply_defaults()  # what triage_command sees when the fast path calls it
+    via_typer = _typer_call(args, monkeypatch)
+    assert set(via_typer) == set(call.arguments)
+    for name, value in via_typer.items():
+        got = call.arguments[name]
+        assert got == value and type(got) is type(value), (name, got, value)
+
+
+@pytest.mark.parametrize("args", TYPER_ONLY, ids=" ".join)
+def test_anything_else_is_left_to_typer(args: list[str]) -> None:
+    assert triage_kwargs(args) is None
