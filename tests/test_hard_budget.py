@@ -126,3 +126,22 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+def test_a_failed_child_of_the_default_probes_names_each_of_them(monkeypatch: Any) -> None:
+    """With the default probes the child imports them (the parent does the analysis imports meanwhile);
+    when it fails, the parent still names every probe that should have answered, and the meanwhile
+    work ran here."""
+    from vllmdiag import runner
+    from vllmdiag.registry import discover, select
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("no collection today")
+
+    monkeypatch.setattr(runner, "collect_snapshot", broken)  # the fork copies the patched module
+    ran: list[bool] = []
+    snap = collect_bounded(Context(), budget_s=3.0, meanwhile=lambda: ran.append(True))
+    assert ran == [True]
+    assert set(snap.probes) == set(select(discover(), None, set()))
+    assert {r.status for r in snap.probes.values()} == {"error"}
+    assert all("no collection today" in (r.reason or "") for r in snap.probes.values())

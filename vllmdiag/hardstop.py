@@ -42,8 +42,11 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
     after the fork (a thread inside an import at fork time would leave the child's import lock held)."""
     from vllmdiag.runner import collect_snapshot
 
-    registry = registry if registry is not None else discover()
-    names = list(select_probes(registry, probes, enable or set()))  # bad names fail here, before the fork
+    names: list[str] | None = None
+    if probes is not None or registry is not None:  # bad names fail here, before the fork
+        registry = registry if registry is not None else discover()
+        names = list(select_probes(registry, probes, enable or set()))
+    # else the default probes: the child imports them (discover) while this process runs ``meanwhile``
     start = time.monotonic()
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
     rfd, wfd = os.pipe()
@@ -68,7 +71,8 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
     _reap(pid)
     if helper is not None:
         helper.join(REAP_S)  # before any later fork; imports do not hang, and a daemon thread cannot hold us
-    return _assemble(raw, killed, names, ctx, started_at, time.monotonic() - start, budget_s)
+    return _assemble(raw, killed, lambda: names or list(select_probes(discover(), probes, enable or set())), ctx,
+                     started_at, time.monotonic() - start, budget_s)
 
 
 def _start(meanwhile: Callable[[], None] | None) -> threading.Thread | None:
@@ -135,8 +139,8 @@ def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
             chunks.append(chunk)
 
 
-def _assemble(raw: bytes, killed: bool, names: list[str], ctx: Context, started_at: str, elapsed: float,
-              budget_s: float) -> Snapshot:
+def _assemble(raw: bytes, killed: bool, all_names: Callable[[], list[str]], ctx: Context, started_at: str,
+              elapsed: float, budget_s: float) -> Snapshot:
     results: dict[str, ProbeResult] = {}
     error = None
     done: dict[str, Any] | None = None
@@ -156,6 +160,7 @@ def _assemble(raw: bytes, killed: bool, names: list[str], ctx: Context, started_
                         duration_s=float(done["duration_s"]), probes={n: results[n] for n in done["probes"]},
                         options=dict(done["options"]))
     why = KILLED.format(budget_s) if killed else f"collector failed: {error or 'no answer'}"
+    names = all_names()  # the probes that should have answered (a broken probe module raises here, as before)
     for name in names:
         results.setdefault(name, ProbeResult("timeout" if killed else "error", round(elapsed, 4), why))
     return Snapshot(node=ctx.options.get("node") or socket.gethostname(), collected_at=started_at,
