@@ -2,7 +2,10 @@
 
 Target (DESIGN.md): ratio <= 1.0, i.e. everything besides the stacks (/proc, sockets, rings sampled
 twice, ZMTP, HTTP, NVML) hides behind the stack dumps. Also: collect peak RSS (target < 80 MB).
-Reported as ratios and medians measured side by side in one run; never asserted in tests.
+Also the CPU time of the CLI (with its py-spy and NVML children) vs that of the sequential py-spy
+dumps (target <= 2x). Reported as ratios and medians measured side by side in one run, with the
+1-minute load average at the end (2 shared cores: a loaded machine stretches every number); never
+asserted in tests.
 
     python bench/bench_triage.py [--tp 8] [--runs 5] [--faults healthy,straggler]
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -39,18 +43,24 @@ RSS_SNIPPET = (
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def _wall(argv: list[str]) -> float:
-    start = time.perf_counter()
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _wall(argv: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run (CPU of the command and every process it waited for: py-spy, NVML child)."""
+    start, cpu = time.perf_counter(), _children_cpu()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False, env=ENV)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _children_cpu() - cpu
 
 
-def _sequential_pyspy(pyspy: str, pids: list[int]) -> float:
-    start = time.perf_counter()
+def _sequential_pyspy(pyspy: str, pids: list[int]) -> tuple[float, float]:
+    start, cpu = time.perf_counter(), _children_cpu()
     for pid in pids:
         subprocess.run([pyspy, "dump", "--json", "--pid", str(pid)], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=60, check=False)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _children_cpu() - cpu
 
 
 def _collect_rss_kb(root: int) -> int:
@@ -80,10 +90,14 @@ def measure(tp: int, fault: str, runs: int, pyspy: str) -> dict[str, object]:
             tri.append(_wall(cli))
             inproc.append(_in_process(dep.root_pid))
         rss_kb = _collect_rss_kb(dep.root_pid)
-    s, t, i = statistics.median(seq), statistics.median(tri), statistics.median(inproc)
+    s, t, i = (statistics.median(w for w, _ in seq), statistics.median(w for w, _ in tri),
+               statistics.median(inproc))
+    sc, tc = statistics.median(c for _, c in seq), statistics.median(c for _, c in tri)
     return {"tp": tp, "fault": fault, "processes": len(pids), "runs": runs, "pyspy_sequential_s": round(s, 3),
             "triage_cli_s": round(t, 3), "triage_in_process_s": round(i, 3), "ratio_cli": round(t / s, 2),
-            "ratio_in_process": round(i / s, 2), "collect_peak_rss_mb": round(rss_kb / 1024, 1)}
+            "ratio_in_process": round(i / s, 2), "pyspy_cpu_s": round(sc, 3), "triage_cli_cpu_s": round(tc, 3),
+            "ratio_cpu": round(tc / sc, 2), "collect_peak_rss_mb": round(rss_kb / 1024, 1),
+            "load_1m": round(os.getloadavg()[0], 2)}
 
 
 def measure_stall(tp: int, fault: str, runs: int, confirm_s: float) -> dict[str, object]:
