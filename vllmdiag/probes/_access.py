@@ -46,8 +46,9 @@ def fd_targets(fd_dir: Path) -> list[str] | None | _Denied:
         return DENIED if exc.errno in _DENIED_ERRNOS else None
     out: list[str] = []
     denied = 0
+    base = os.fspath(fd_dir) + "/"  # plain strings: a TP=8 node has ~1,500 fds, a Path per fd cost ~10 ms
     for name in names:
-        target, no_access = readlink_checked(fd_dir / name)
+        target, no_access = readlink_checked(base + name)
         if target is not None:
             out.append(target)
         denied += no_access  # otherwise: the fd was closed meanwhile

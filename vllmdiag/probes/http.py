@@ -125,7 +125,7 @@ def _sample_conns(ctx: Context, server: dict[str, Any], i: int) -> None:
     mine: set[int] = set()
     for pid in server["pids"]:
         mine |= set(socket_inodes(ctx, pid) or [])
-    table = _tcp_table(ctx, server["pids"][0])
+    table = _tcp_table(ctx, server["pids"][0], server["port"])
     # A local client's socket is in the same table: its Recv-Q says whether it holds unread bytes.
     peers = {(e["local"], e["remote"]): e for e in table}
     for e in table:
@@ -139,9 +139,17 @@ def _sample_conns(ctx: Context, server: dict[str, Any], i: int) -> None:
         c["peer_recv_q"][i] = peer["recv_q"] if peer else None
 
 
-def _tcp_table(ctx: Context, pid: int) -> list[dict[str, Any]]:
+def _tcp_table(ctx: Context, pid: int, port: int) -> list[dict[str, Any]]:
+    """The rows with ``port`` at either end (the server's side and a local client's): a busy host's
+    table has thousands of other rows, and parsing each cost more than the read."""
+    mark = f":{port:04X} "
     return [e for fname, fam in (("net/tcp", 4), ("net/tcp6", 6))
-            for e in parse_tcp(read_text(ctx.proc(pid, fname)) or "", fam)]
+            for e in parse_tcp(_rows_with(read_text(ctx.proc(pid, fname)) or "", mark), fam)]
+
+
+def _rows_with(text: str, mark: str) -> str:
+    lines = text.splitlines()
+    return "\n".join(lines[:1] + [line for line in lines[1:] if mark in line])
 
 
 def _find_peers(ctx: Context, server: dict[str, Any]) -> None:
@@ -149,7 +157,7 @@ def _find_peers(ctx: Context, server: dict[str, Any]) -> None:
     suspects = [c for c in server["connections"] if None not in c["send_q"] and 0 < c["send_q"][0] <= c["send_q"][1]]
     if not suspects:
         return
-    table = _tcp_table(ctx, server["pids"][0])
+    table = _tcp_table(ctx, server["pids"][0], server["port"])
     want: dict[int, dict[str, Any]] = {}
     for c in suspects:
         peer = next((e for e in table if e["local"] == c["remote"] and e["remote"] == c["local"]), None)
