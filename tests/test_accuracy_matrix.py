@@ -106,6 +106,8 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     # TP=1 in-process: no titled vLLM process at all, the model runs in the script (found by vLLM's kernels)
     ("offline-inproc", "healthy", 1, None): EXPECTED["healthy"],
     ("offline-inproc", "uniform-sync", 1, None): EXPECTED["uniform-sync"],
+    # busy: every step waits at the same point, so only the script's own output (tqdm) shows it moving
+    ("offline-inproc", "healthy-load", 1, None): EXPECTED["healthy-load"],
     ("ray", "healthy", 2, None): ("healthy", None, None),
     ("ray", "healthy-load", 2, None): ("healthy", None, None),
     ("ray", "straggler", 4, 1): ("blocked", "gpu", "worker"),

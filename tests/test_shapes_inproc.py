@@ -32,12 +32,13 @@ T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
 MAPS = (f"7f1a00000000-7f1a04000000 r-xp 00000000 08:01 11 {SITE}/torch/lib/libtorch_cuda.so\n"
         f"7f1b00000000-7f1b00400000 r--p 00000000 08:01 12 {SITE}/vllm/_C_stable_libtorch.abi3.so\n"
         f"7f1b00400000-7f1b05000000 r-xp 00400000 08:01 12 {SITE}/vllm/_C_stable_libtorch.abi3.so\n")
-# The in-process engine's step as vLLM 0.33 runs it: LLM.generate -> LLMEngine.step -> InprocClient.get_output
-# -> EngineCore.step -> UniProcExecutor -> Worker -> GPUModelRunner (innermost last here).
+# The in-process engine's step as vLLM 0.33 runs it (read from the wheel): LLM.generate -> LLM._run_engine ->
+# LLMEngine.step -> InprocClient.get_output -> EngineCore.step (its step_fn) -> UniProcExecutor.execute_model
+# -> collective_rpc -> run_method -> Worker -> GPUModelRunner (innermost last here).
 GENERATE = [("<module>", "run.py"), ("generate", "vllm/entrypoints/llm.py"), ("_run_engine", "vllm/entrypoints/llm.py"),
             ("step", "vllm/v1/engine/llm_engine.py"), ("get_output", "vllm/v1/engine/core_client.py"),
             ("step", "vllm/v1/engine/core.py"), ("execute_model", "vllm/v1/executor/uniproc_executor.py"),
-            ("collective_rpc", "vllm/v1/executor/uniproc_executor.py"), ("run_method", "vllm/utils/__init__.py"),
+            ("collective_rpc", "vllm/v1/executor/uniproc_executor.py"), ("run_method", "vllm/v1/serial_utils.py"),
             ("execute_model", "vllm/v1/worker/gpu_worker.py"), ("execute_model", "vllm/v1/worker/gpu_model_runner.py")]
 WEDGED = [*GENERATE, ("_to_list", "vllm/v1/worker/gpu_model_runner.py"), ("synchronize", "torch/cuda/streams.py")]
 USER_CODE = [("<module>", "run.py"), ("main", "run.py"), ("sleep", "time.py")]  # between generate() calls
@@ -159,6 +160,28 @@ def test_a_wedged_in_process_step_names_the_script() -> None:
     assert any(f.code == "gpu.engine_step_stuck" and f.pids == [500] for f in rep.findings)
 
 
+def test_vllm_bench_throughput_in_process_is_found_and_named_as_typed() -> None:
+    """`vllm bench throughput` runs LLM() offline: a console script, so argv[0] is the interpreter."""
+    argv = ["/usr/bin/python3", "/usr/local/bin/vllm", "bench", "throughput", "--model", "facebook/opt-125m"]
+    procs = [script(cmdline=argv, title=" ".join(argv), gpu_fds=["/dev/nvidia0"])]
+    rep = judged(snapshot(procs, WEDGED, 0), snapshot(procs, WEDGED, 4))
+    assert rep.verdict.culprits[0].title == "vllm bench throughput --model facebook/opt-125m"
+    assert rep.verdict.status == "blocked"
+
+
+def test_a_busy_engine_at_the_same_sync_point_moves_by_its_output() -> None:
+    """A busy engine waits in _to_list every step: every look is the same stack. LLM.generate's tqdm bar
+    (stderr, /proc/<pid>/io wchar) is what says it moves; a wedged one writes nothing."""
+    def at(t: float, wchar: int) -> Snapshot:
+        return snapshot([script(gpu_fds=["/dev/nvidia0"], io={"wchar": wchar, "syscw": wchar // 40})], WEDGED, t)
+
+    busy = judged(at(0, 4000), at(2, 4400), at(4, 4800))
+    assert busy.verdict.status == "healthy", busy.verdict.summary
+    assert "the script (pid 500) wrote 800 bytes" in busy.verdict.summary
+    wedged = judged(at(0, 4000), at(2, 4000), at(4, 4000))
+    assert (wedged.verdict.status, wedged.verdict.culprits[0].pid) == ("blocked", 500), wedged.verdict.summary
+
+
 def test_a_step_that_moves_is_not_a_hang() -> None:
     procs = [script(gpu_fds=["/dev/nvidia0"])]
     moving = [*GENERATE, ("_model_forward", "vllm/v1/worker/gpu_model_runner.py")]
@@ -252,6 +275,7 @@ def test_live_probe_records_the_evidence_and_only_the_engine_is_a_deployment(pyt
     assert rows[pythons["engine"]]["selected_as"] == "vllm_mapped"
     assert rows[pythons["engine"]]["vllm_extensions"][0].endswith("/vllm/_C_stable_libtorch.abi3.so")
     assert rows[pythons["engine"]]["environ"].get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    assert isinstance(rows[pythons["engine"]]["io"]["wchar"], int)  # its only progress counter
     assert pythons["pip_like"] not in rows and pythons["plain"] not in rows
     assert any(d.get("pid") == pythons["engine"] and d.get("status") == "ok" for d in snap.data("stacks")["dumps"])
     assert [d.root_pid for d in result.report.deployments] == [pythons["engine"]]

@@ -24,7 +24,7 @@ PASS_BUDGET_S = 3.0
 MIN_PASS_S = 0.5  # a shorter pass sees too little (rings sample every 0.1 s, HTTP twice 0.2 s apart)
 KEEP_PROBES = ("processes", "rings", "http", "stacks", "nvml")  # what progress reads; the rest is dropped
 KEEP_PROC_KEYS = ("pid", "ppid", "pgid", "role", "name", "ranks", "state", "titled", "title", "comm", "cpu_user_s",
-                  "cpu_system_s")
+                  "cpu_system_s", "io")  # io: an in-process engine's only counter (its output; progress.py)
 Collect = Callable[..., Snapshot]
 Tick = Callable[[float, float], None]
 

@@ -128,7 +128,7 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
         rank = dep.dp - 1 if rank is None or rank >= dep.dp else rank
     if fault in RANKED and rank not in local:
         raise FaultError(f"rank {rank} is not on this node (local ranks {local.start}..{local.stop - 1})")
-    if fault in NEEDS_HTTP and dep.http_port is None:
+    if fault in NEEDS_HTTP and dep.http_port is None and not (fault == "healthy-load" and dep.shape == "offline-inproc"):
         raise FaultError(f"{fault} needs the API server (node rank 0)")
     dep.fault_seq += 1
     runtime.write_json(dep.path / "fault.json", {"seq": dep.fault_seq, "fault": fault, "rank": rank, "dp": 0})
@@ -231,7 +231,9 @@ def send_q_bytes(local_port: int, peer_port: int) -> int:
 
 
 ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
-    "healthy-load": lambda d, r: _with_client(d, "load", "client-load"),
+    # offline in-process: the script itself works through a dataset (no HTTP client)
+    "healthy-load": lambda d, r: (_with_client(d, "load", "client-load") if d.http_port is not None else
+                                  wait_for(lambda: ack_exists(d, "offline-load"), "the script's dataset")),
     "worker-killed": lambda d, r: _kill_worker(d, r, "zombie"),
     "worker-gone": lambda d, r: _kill_worker(d, r, "gone"),
     "worker-stopped": lambda d, r: _kill_worker(d, r, "stopped"),

@@ -34,7 +34,8 @@ SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns", "pp")
 PP_SIZE = 2  # shape pp: two pipeline stages
 SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-killed"),
                 # TP=1: no child at all, the model runs in the script (UniProcExecutor)
-                "offline-inproc": ("healthy", "straggler", "worker-stopped", "worker-killed", "uniform-sync"),
+                "offline-inproc": ("healthy", "healthy-load", "straggler", "worker-stopped", "worker-killed",
+                                   "uniform-sync"),
                 # No worker-killed: the raylet reaps its actors at once (no zombie stays).
                 "ray": ("healthy", "healthy-load", "straggler", "collective-mismatch", "worker-stopped",
                         "worker-gone", "rpc-ring-full", "api-killed"),

@@ -83,6 +83,7 @@ def _one(passes: list[Snapshot], dep: Deployment, window: float) -> Progress:
     _metrics(passes, dep, p)
     _rings(passes, dep, p)
     _stacks(passes, dep, p)
+    _script_output(passes, dep, p)
     p.cpu_s = _cpu(passes, dep)
     p.work_in_flight = bool(p.in_flight)
     p.moved = bool(p.moved_what)
@@ -212,6 +213,27 @@ def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
 def _short(proc: dict[str, Any]) -> str:
     name = str(proc.get("name") or "")
     return name.replace("Worker_", "") if name else f"{role_of(proc)} {proc['pid']}"
+
+
+# ---- an in-process engine's output ---------------------------------------------------------------
+def _script_output(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
+    """LLM() in-process at TP=1 has no /metrics and no rings, and a busy engine waits at the same sync
+    point every step, so its stack alone cannot show movement. What it writes can: LLM.generate's
+    progress bar (tqdm, on by default) goes to stderr as requests finish (/proc/<pid>/io wchar)."""
+    pids = {q["pid"] for q in dep.processes if q.get("inprocess_engine")}
+    if not pids or len(passes) < 2:
+        return
+
+    def written(snap: Snapshot) -> dict[int, int]:
+        return {int(q["pid"]): int(q["io"]["wchar"]) for q in snap.data("processes").get("processes", []) or []
+                if isinstance(q, dict) and q.get("pid") in pids and isinstance(q.get("io"), dict)
+                and isinstance(q["io"].get("wchar"), int)}
+    a, b = written(passes[0]), written(passes[-1])
+    for pid in sorted(set(a) & set(b)):
+        if b[pid] > a[pid]:
+            p.moved_what.append(f"the script (pid {pid}) wrote {b[pid] - a[pid]} bytes (its progress output)")
+        else:
+            p.still.append(f"the script (pid {pid}) wrote nothing")
 
 
 # ---- CPU ---------------------------------------------------------------------------------------

@@ -96,6 +96,17 @@ def gpu_device_fds(fd_dir: Path) -> list[str] | None:
     return sorted(out)[:16]
 
 
+def io_counters(text: str | None) -> dict[str, int] | None:
+    """/proc/<pid>/io: bytes and calls of read/write. A script's own output (LLM.generate's tqdm bar on
+    stderr) is the only counter an in-process engine has: no /metrics, no rings."""
+    out = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("rchar", "wchar", "syscr", "syscw") and value.strip().isdigit():
+            out[key] = int(value)
+    return out or None
+
+
 def candidates(table: dict[int, dict[str, Any]], skip: set[int]) -> list[int]:
     """Python processes not selected otherwise, largest first (vLLM's kernels, torch and CUDA weigh
     hundreds of MB; a small helper script is the least likely engine)."""
@@ -111,7 +122,12 @@ def evidence(proc_dir: Path) -> tuple[dict[str, Any] | None, str]:
     found, how = mapped_extensions(proc_dir / "maps")
     if not found:
         return None, how
-    return {"selected_as": "vllm_mapped", "vllm_extensions": found, "gpu_fds": gpu_device_fds(proc_dir / "fd")}, how
+    try:
+        io_text: str | None = (proc_dir / "io").read_text()
+    except OSError:
+        io_text = None
+    return {"selected_as": "vllm_mapped", "vllm_extensions": found, "gpu_fds": gpu_device_fds(proc_dir / "fd"),
+            "io": io_counters(io_text)}, how
 
 
 def scan(pids: list[int], proc_dir: Callable[[int], Path], budget_s: float = SCAN_BUDGET_S

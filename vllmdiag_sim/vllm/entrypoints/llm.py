@@ -11,6 +11,7 @@ vLLM's compiled kernels (`vllm.platforms.cuda`), which is how a diagnosis finds 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -54,8 +55,15 @@ class LLM:
 
     def _run_engine(self) -> list[dict[str, Any]]:
         outputs: list[dict[str, Any]] = []
+        shown = 0.0
         while self.llm_engine.has_unfinished_requests():
-            outputs += self.llm_engine.step()  # in-process: the engine step runs right here
+            step_outputs = self.llm_engine.step()  # in-process: the engine step runs right here
+            outputs += [o for o in step_outputs if o.get("finished")]
+            if outputs and time.monotonic() - shown >= 0.1:  # tqdm's mininterval
+                # vLLM's _run_engine updates a tqdm bar ("Processed prompts") on stderr as requests finish.
+                sys.stderr.write(f"\rProcessed prompts: {len(outputs)}")
+                sys.stderr.flush()
+                shown = time.monotonic()
         return outputs
 
     def serve_forever(self) -> None:
