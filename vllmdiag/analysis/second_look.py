@@ -9,6 +9,7 @@ from typing import Any
 
 from vllmdiag.analysis.deployments import find_deployments, role_of
 from vllmdiag.analysis.gpu import compare_group, tp_groups
+from vllmdiag.analysis.gpu_dp_world import resample_pids as dp_world_pids  # DP ranks split over deployments
 from vllmdiag.analysis.gpu_groups import resample_pids as group_pids  # DP/EP/PP, Ray workers
 from vllmdiag.analysis.gpu_lone import resample_pids as lone_pids
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
@@ -21,8 +22,10 @@ def resample_pids(snapshot: Snapshot) -> list[int]:
     group, and EngineCores busy while all their workers idle -- a hang if it holds, normal in passing."""
     classes = classify_snapshot(snapshot)
     wanted = set(snapshot.options.get("pids") or [])
-    return sorted({pid for dep in find_deployments(snapshot) if not wanted or dep.pids & wanted
-                   for pid in _resample_for(dep.processes, classes)})
+    deps = find_deployments(snapshot)
+    pids = {pid for dep in deps if not wanted or dep.pids & wanted for pid in _resample_for(dep.processes, classes)}
+    mine = set().union(*(d.pids for d in deps if not wanted or d.pids & wanted))
+    return sorted(pids | {p for p in dp_world_pids(snapshot, classes) if p in mine})
 
 
 def _resample_for(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:

@@ -1,0 +1,284 @@
+"""GPU layer across deployments: one data-parallel world run as several `vllm serve` (pure).
+
+vLLM's external and hybrid load balancing start one `vllm serve` per DP rank (`--data-parallel-rank r`)
+or per node (`--data-parallel-start-rank s --data-parallel-size-local n`); each has its own API server
+and `VLLM::EngineCore_DP<r>`, and the ranks meet only in the per-step DP sync (torch.distributed over
+`--data-parallel-address`, rendezvous from rank 0; vLLM 0.33 engine/arg_utils.py, entrypoints/cli/
+serve.py, v1/engine/utils.py). No process tree joins them, so each reads as its own deployment and
+gpu_groups (which compares DP ranks inside one deployment) never sees "DP0 in the DP all-reduce, DP1
+idle". Here deployments are grouped by what their command lines say (same DP address, RPC port and
+size, vLLM's own defaults filled in) and their ranks compared the same way. Ranks of the world that
+are not on this node are named as not seen: never judged healthy, never blamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllmdiag.analysis.common import culprit, finding
+from vllmdiag.analysis.deployments import Deployment, display_title, find_deployments, role_of
+from vllmdiag.analysis.gpu import fold, moving_deployments, resampled_classes
+from vllmdiag.analysis.gpu_groups import SYNC, dp_ranks, stalled_deployments
+from vllmdiag.analysis.stacks import StackClass, classify_snapshot
+from vllmdiag.model import Finding, Snapshot
+from vllmdiag.stack_classes import IDLE
+
+LAYER = "gpu"
+CODES = ("gpu.dp_world_out_of_step", "gpu.dp_world_unseen_ranks")
+# vLLM 0.33 ParallelConfig defaults: data_parallel_master_ip, data_parallel_rpc_port.
+DEFAULT_ADDRESS, DEFAULT_RPC_PORT = "127.0.0.1", 29550
+MAX_DP = 4096
+_FLAGS = {"size": ("--data-parallel-size", "-dp"), "rank": ("--data-parallel-rank", "-dpn"),
+          "start": ("--data-parallel-start-rank", "-dpr"), "local": ("--data-parallel-size-local", "-dpl"),
+          "address": ("--data-parallel-address", "-dpa"), "rpc_port": ("--data-parallel-rpc-port", "-dpp"),
+          "master_addr": ("--master-addr",)}
+
+
+@dataclass
+class Member:
+    """One deployment's part of a DP world: which ranks it runs, as its command line states them."""
+
+    dep: Deployment
+    size: int
+    ranks: list[int]
+    address: str
+    rpc_port: int
+    mode: str  # external | hybrid | headless | offline
+    source: str  # argv | env | titles
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.address, self.rpc_port, self.size)
+
+
+@dataclass
+class World:
+    key: tuple[str, int, int]
+    members: list[Member] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.key[2]
+
+    def unseen(self, seen: set[int]) -> list[int]:
+        return [r for r in range(self.size) if r not in seen]
+
+    def member_of(self, pid: int) -> Member | None:
+        return next((m for m in self.members if pid in m.dep.pids), None)
+
+    def describe(self) -> str:
+        address, port, size = self.key
+        return f"DP world of size {size} at {address} (rpc port {port})"
+
+
+def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+    chosen = {d.id for d in deployments}
+    worlds = dp_worlds(find_deployments(snapshot) if deployments else [])
+    if not worlds:
+        return []
+    classes, again = classify_snapshot(snapshot), resampled_classes(snapshot)
+    every = [m.dep for w in worlds for m in w.members]
+    moving, stalled = moving_deployments(snapshot, every), stalled_deployments(snapshot, every)
+    out: list[Finding] = []
+    for world in worlds:
+        out += _judge(snapshot, world, classes, again, moving, stalled)
+    return [f for f in out if f.deployment in chosen]
+
+
+def dp_worlds(deployments: list[Deployment]) -> list[World]:
+    """DP worlds split over deployments (or partly elsewhere): internal LB (`-dp N` alone, every rank
+    in one deployment) is gpu_groups' and left out."""
+    worlds: dict[tuple[str, int, int], World] = {}
+    for dep in deployments:
+        m = membership(dep)
+        if m is not None:
+            worlds.setdefault(m.key, World(m.key)).members.append(m)
+    return [w for w in worlds.values()
+            if len(w.members) > 1 or sorted(w.members[0].ranks) != list(range(w.size))]
+
+
+def membership(dep: Deployment) -> Member | None:
+    root = dep.by_pid(dep.root_pid) or {}
+    args = parse_dp_args(root.get("cmdline") or [])
+    env: dict[str, Any] = root["environ"] if isinstance(root.get("environ"), dict) else {}
+    titled = sorted({int(p["ranks"]["dp"]) for p in dep.engines if "dp" in (p.get("ranks") or {})})
+    source = "argv"
+    size = args.get("size")
+    if size is None and _int(env.get("VLLM_DP_SIZE")):
+        # Offline DP (vLLM's examples/offline_inference/data_parallel.py): one LLM() per rank, told by env.
+        size, source = _int(env.get("VLLM_DP_SIZE")), "env"
+        args = {"rank": _int(env.get("VLLM_DP_RANK")), "address": env.get("VLLM_DP_MASTER_IP"),
+                "rpc_port": _int(env.get("VLLM_DP_MASTER_PORT"))}
+    if not size or size < 2 or size > MAX_DP:
+        return None
+    ranks, mode = _ranks(args, size, dep.headless)
+    if ranks is None:
+        if not titled or len(titled) >= size:
+            return None  # internal LB, or nothing says which ranks run here
+        ranks, mode, source = titled, "external", "titles"  # flags in a --config file: the titles tell
+    address = str(args.get("address") or args.get("master_addr") or DEFAULT_ADDRESS)
+    return Member(dep, size, ranks, address, int(args.get("rpc_port") or DEFAULT_RPC_PORT), mode, source)
+
+
+def _ranks(args: dict[str, Any], size: int, headless: bool) -> tuple[list[int] | None, str]:
+    """The ranks one `vllm serve` runs, as vLLM's arg_utils infers them (0.33)."""
+    if args.get("rank") is not None:
+        return ([args["rank"]] if args["rank"] < size else None), "external"
+    if args.get("start") is not None or args.get("local") is not None:
+        start, local = args.get("start") or 0, args.get("local") or size
+        if local >= size and start == 0:
+            return None, "internal"
+        return [r for r in range(start, start + local) if r < size], "headless" if headless else "hybrid"
+    return None, "internal"
+
+
+def parse_dp_args(argv: list[Any]) -> dict[str, Any]:
+    """The DP flags of a `vllm serve` command line (`--flag value` and `--flag=value`); bounded and
+    strict: anything that is not a small number where one belongs is ignored (untrusted input)."""
+    words = [str(a) for a in argv[:256]]
+    out: dict[str, Any] = {}
+    for i, word in enumerate(words):
+        name, eq, inline = word.partition("=")
+        key = next((k for k, names in _FLAGS.items() if name in names), None)
+        if key is None:
+            continue
+        value = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+        if key in ("address", "master_addr"):
+            if 0 < len(value) <= 255 and not value.startswith("-"):
+                out[key] = value
+        elif (n := _int(value)) is not None:
+            out[key] = n
+    return out
+
+
+def _int(value: Any) -> int | None:
+    text = str(value or "")
+    return int(text) if text.isdigit() and len(text) <= 6 else None
+
+
+# ---- comparison ---------------------------------------------------------------------------------
+def _judge(snap: Snapshot, world: World, classes: dict[int, StackClass], again: dict[int, StackClass],
+           moving: set[str], stalled: dict[str, float]) -> list[Finding]:
+    by_dp = dp_ranks([p for m in world.members for p in m.dep.processes])
+    unseen = world.unseen(set(by_dp))
+    in_sync, others = split(by_dp, classes)
+    if in_sync and any(m.dep.id in moving for m in world.members):
+        return []  # tokens came out while we looked: a sync in passing
+    if in_sync and others:
+        return _out_of_step(snap, world, by_dp, in_sync, others, unseen, classes, again, stalled)
+    if in_sync and unseen:
+        return _waits_for_unseen(snap, world, by_dp, in_sync, unseen, classes, stalled)
+    if not unseen:
+        return []
+    msg = (f"{world.describe()}: rank(s) {_names(unseen)} are not on this node (or not running), so they were "
+           f"not looked at and are not judged; rank(s) {_names(sorted(by_dp))} here are not waiting in the DP sync.")
+    return [finding("gpu.dp_world_unseen_ranks", LAYER, "info", snap, m.dep, msg, [], _evidence(world, by_dp, unseen), [])
+            for m in world.members]
+
+
+def split(by_dp: dict[int, list[dict[str, Any]]], classes: dict[int, StackClass]
+          ) -> tuple[list[int], dict[int, list[dict[str, Any]]]]:
+    """(DP ranks with a process in the DP sync, the other ranks seen here with their processes)."""
+    in_sync = sorted(d for d, ps in by_dp.items() if any((c := classes.get(p["pid"])) and c.name in SYNC for p in ps))
+    return in_sync, {d: ps for d, ps in by_dp.items() if d not in in_sync}
+
+
+def _out_of_step(snap: Snapshot, world: World, by_dp: dict[int, list[dict[str, Any]]], in_sync: list[int],
+                 others: dict[int, list[dict[str, Any]]], unseen: list[int], classes: dict[int, StackClass],
+                 again: dict[int, StackClass], stalled: dict[str, float]) -> list[Finding]:
+    waiter = _waiter(by_dp, in_sync, classes)
+    blamed = {d: blame(ps, classes) for d, ps in others.items()}
+    confirmed = _held(waiter["pid"], others, again)
+    if confirmed is False:
+        return []  # the ranks moved on: a step in passing
+    waiter_dep = world.member_of(waiter["pid"])
+    window = stalled.get(waiter_dep.dep.id) if waiter_dep else None
+    severity = "critical" if confirmed or window else "warning"
+    culprits, parts = [], []
+    for d, p in sorted(blamed.items()):
+        owner = world.member_of(p["pid"])
+        c = classes.get(p["pid"])
+        what = f"{c.label} in {c.where}" if c else "no stack"
+        where = f"deployment {owner.dep.id}" if owner else "?"
+        parts.append(f"DP{d} ({where}, {display_title(p)} pid {p['pid']}) is not in it: {what}")
+        culprits.append(culprit(snap, p, f"DP rank {d} out of step ({where}): DP{fold([str(x) for x in in_sync])} "
+                                         f"wait in the DP sync all-reduce; this rank is {what}"))
+    note = "" if confirmed else (f" (nothing moved for {window:.1f} s)" if window else " (one sample)")
+    msg = (f"{world.describe()}, split over {len(world.members)} deployment(s): DP rank(s) {_names(in_sync)} wait "
+           f"in the per-step DP sync ({classes[waiter['pid']].where}); " + "; ".join(parts) + "."
+           + (f" Rank(s) {_names(unseen)} are not on this node: not looked at." if unseen else "") + note)
+    ev = {**_evidence(world, by_dp, unseen), "in_sync": in_sync, "out_of_step": sorted(blamed), "waiter": waiter["pid"],
+          "waiter_stack": classes[waiter["pid"]].key_frames, "confirmed_by_resample": bool(confirmed),
+          "confirmed_by_progress": bool(window) and not confirmed}
+    pids = [c.pid for c in culprits if c.pid]
+    return [finding("gpu.dp_world_out_of_step", LAYER, severity, snap, m.dep, msg, pids, ev, culprits)
+            for m in world.members]
+
+
+def _waits_for_unseen(snap: Snapshot, world: World, by_dp: dict[int, list[dict[str, Any]]], in_sync: list[int],
+                      unseen: list[int], classes: dict[int, StackClass], stalled: dict[str, float]) -> list[Finding]:
+    """Every rank here is in the DP sync: the one it waits for is elsewhere. Never blames a rank it did
+    not see, never critical: a warning (once nothing moved) that says where to look."""
+    waiter = _waiter(by_dp, in_sync, classes)
+    owner = world.member_of(waiter["pid"])
+    window = stalled.get(owner.dep.id) if owner else None
+    msg = (f"{world.describe()}: DP rank(s) {_names(in_sync)} here wait in the per-step DP sync "
+           f"({classes[waiter['pid']].where})" + (f", nothing moved for {window:.1f} s" if window else " (one sample)")
+           + f"; the rank(s) they wait for, {_names(unseen)}, are not on this node: triage the node(s) running "
+           f"them (vllmdiag sweep) to name the one out of step.")
+    ev = {**_evidence(world, by_dp, unseen), "in_sync": in_sync, "waiter": waiter["pid"],
+          "confirmed_by_progress": bool(window)}
+    return [finding("gpu.dp_world_unseen_ranks", LAYER, "warning" if window else "info", snap, m.dep, msg,
+                    [waiter["pid"]], ev, []) for m in world.members]
+
+
+def _waiter(by_dp: dict[int, list[dict[str, Any]]], in_sync: list[int], classes: dict[int, StackClass]) -> dict[str, Any]:
+    return next(p for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)
+
+
+def blame(ps: list[dict[str, Any]], classes: dict[int, StackClass]) -> dict[str, Any]:
+    """Where an out-of-step DP rank is: its first worker that is not idle, else its EngineCore."""
+    busy = [p for p in ps if role_of(p) == "worker" and (c := classes.get(p["pid"])) is not None and c.name != IDLE]
+    engines = [p for p in ps if role_of(p) == "engine_core"]
+    return (busy or engines or ps)[0]
+
+
+def _held(waiter: int, others: dict[int, list[dict[str, Any]]], again: dict[int, StackClass]) -> bool | None:
+    """A later look still finds the waiter in the sync and every other rank outside it."""
+    first = again.get(waiter)
+    if first is None:
+        return None
+    if first.name not in SYNC:
+        return False
+    verdicts = []
+    for ps in others.values():
+        looks = [again[p["pid"]] for p in ps if p["pid"] in again]
+        verdicts.append(None if not looks else not any(c.name in SYNC for c in looks))
+    if any(v is False for v in verdicts):
+        return False
+    return True if all(verdicts) else None
+
+
+def _evidence(world: World, by_dp: dict[int, list[dict[str, Any]]], unseen: list[int]) -> dict[str, Any]:
+    address, port, size = world.key
+    members = [{"deployment": m.dep.id, "root_pid": m.dep.root_pid, "ranks": m.ranks, "mode": m.mode, "from": m.source,
+                "engines": {str(d): p["pid"] for d, ps in by_dp.items() for p in ps
+                            if role_of(p) == "engine_core" and p["pid"] in m.dep.pids}} for m in world.members]
+    return {"dp_address": address, "dp_rpc_port": port, "dp_size": size, "members": members, "unseen_ranks": unseen}
+
+
+def _names(ranks: list[int]) -> str:
+    return fold([f"DP{r}" for r in ranks]) if ranks else "none"
+
+
+# ---- for the orchestrator's second look (analysis/second_look.py) ----------------------------------
+def resample_pids(snapshot: Snapshot, classes: dict[int, StackClass]) -> list[int]:
+    """The waiter and each out-of-step rank's blamed process of every split DP world."""
+    pids: list[int] = []
+    for world in dp_worlds(find_deployments(snapshot)):
+        by_dp = dp_ranks([p for m in world.members for p in m.dep.processes])
+        in_sync, others = split(by_dp, classes)
+        if in_sync and others:
+            pids += [_waiter(by_dp, in_sync, classes)["pid"], *[blame(ps, classes)["pid"] for ps in others.values()]]
+    return sorted(set(pids))
