@@ -131,7 +131,20 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("pp", "healthy-load", 2, None): ("healthy", None, None),
     ("pp", "pp-stage-stuck", 2, 0): ("blocked", "gpu", "pp_stage"),
     ("pp", "straggler", 2, 1): ("blocked", "gpu", "worker"),
+    # external DP load balancing: two `vllm serve --data-parallel-rank r` (own API server and EngineCore_DP<r>
+    # each) meeting only in the DP sync; rank = the DP rank that never joins it
+    ("dp-external", "healthy", 2, None): ("healthy", None, None),
+    ("dp-external", "healthy-load", 2, None): ("healthy", None, None),
+    ("dp-external", "dp-out-of-step", 2, 1): ("blocked", "gpu", "dp_engine"),
 }
+DP_SHAPES = ("dp", "dp-external")
+
+
+def _roots(dep: Any) -> list[int]:
+    """What an operator points triage at: the API server, or each rank's for external DP."""
+    if dep.shape == "dp-external":
+        return sorted(p["pid"] for p in dep.processes if p["role"] == "api_server")
+    return [dep.root_pid]
 
 
 def _blames_stage(c: Culprit, dep: Any, stage: int) -> bool:
@@ -147,13 +160,13 @@ def _blames_stage(c: Culprit, dep: Any, stage: int) -> bool:
 def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, accuracy_matrix: Any) -> None:
     shape, fault, tp, rank = case
     status, layer, who = SHAPE_CASES[case]
-    with Deployment.up(tp=tp, dp=2 if shape == "dp" else 1, fault=fault, rank=rank, shape=shape,
+    with Deployment.up(tp=tp, dp=2 if shape in DP_SHAPES else 1, fault=fault, rank=rank, shape=shape,
                        namespace=shape == "ns") as dep:
-        result = triage(pids=[dep.root_pid], budget_s=8, confirm_s=CONFIRM_S)
+        result = triage(pids=_roots(dep), budget_s=8, confirm_s=CONFIRM_S)
         v = result.report.verdict
         snap_file = tmp_path / "snap.json"
         snap_file.write_text(json.dumps(result.report.snapshots[0].to_dict()))
-        again = analyze_files([snap_file], [dep.root_pid]).report.verdict
+        again = analyze_files([snap_file], _roots(dep)).report.verdict
         first = v.culprits[:1]
         if who == "api_server_gone":
             ok_culprit = bool(first) and first[0].role == "api_server" and first[0].pid is None

@@ -188,7 +188,7 @@ def test_dp_external_live_and_from_the_saved_snapshot(fault: str, tmp_path: Path
     from vllmdiag_sim.deployment import Deployment
 
     with Deployment.up(tp=2, dp=2, fault=fault, rank=1 if fault != "healthy" else None, shape="dp-external") as dep:
-        roots = dep.api_roots()
+        roots = sorted(p["pid"] for p in dep.processes if p["role"] == "api_server")
         assert len(roots) == 2
         result = triage(pids=roots, budget_s=8, confirm_s=5.0)
         v = result.report.verdict
@@ -200,3 +200,17 @@ def test_dp_external_live_and_from_the_saved_snapshot(fault: str, tmp_path: Path
             return
         assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
         assert (v.culprits[0].role, v.culprits[0].pid) == ("engine_core", dep.engine_pid(dp_rank=1))
+
+
+def test_http_probe_gets_only_the_configured_port_of_an_api_server() -> None:
+    """Rank 0's API server also listens for the DP group (a TCPStore) and ZMQ on TCP: a GET there is a
+    message on a vLLM socket. Only the configured --port (default 8000) is HTTP when it listens."""
+    from vllmdiag.probes.http import find_servers
+
+    socks = {"tcp": [{"state": "LISTEN", "local": "0.0.0.0:8000", "pids": [100]},
+                     {"state": "LISTEN", "local": "127.0.0.1:29551", "pids": [100]},
+                     {"state": "LISTEN", "local": "10.0.0.5:41234", "pids": [100]},
+                     {"state": "LISTEN", "local": "0.0.0.0:9000", "pids": [200]}]}
+    servers = find_servers(socks, {100, 200}, None, {100: 8000, 200: 8001})
+    # 200 does not listen on its configured port (retitled child, --uds, ...): its listeners stay.
+    assert sorted(s["port"] for s in servers) == [8000, 9000]

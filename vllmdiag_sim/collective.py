@@ -15,9 +15,11 @@ import selectors
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
 _LEN = struct.Struct(">I")
+MAX_MSG = 1 << 20  # a rank's contribution is a few numbers
 
 
 def send_msg(sock: socket.socket, obj: Any) -> None:
@@ -33,7 +35,10 @@ def decode_reply(sock: socket.socket, head: bytes) -> Any:
     """Finish reading one message whose 4-byte length header the caller already received."""
     if len(head) < _LEN.size:
         raise ConnectionError("collective peer closed the connection")
-    return pickle.loads(sock.recv(_LEN.unpack(head)[0], socket.MSG_WAITALL))
+    size = _LEN.unpack(head)[0]
+    if size > MAX_MSG:
+        raise ValueError(f"collective message of {size} bytes: not a peer")
+    return pickle.loads(sock.recv(size, socket.MSG_WAITALL))
 
 
 def listen(port: int = 0) -> socket.socket:
@@ -75,7 +80,10 @@ class Hub:
                     continue
                 try:
                     self.handle(sock, recv_msg(sock))
-                except (ConnectionError, OSError, EOFError):
+                except (ConnectionError, OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError,
+                        IndexError, KeyError, MemoryError, OverflowError):
+                    # A peer that does not speak the protocol is dropped, as torch's TCPStore drops a
+                    # client with an unknown query: the group's other connections live on.
                     self.sel.unregister(sock)
                     sock.close()
 
@@ -97,7 +105,15 @@ class Hub:
                 pass
 
 
-def connect(port: int, rank: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port))
+def connect(port: int, rank: int, retry_s: float = 0.0) -> socket.socket:
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port))
+            break
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
     send_msg(sock, ("hello", rank))
     return sock

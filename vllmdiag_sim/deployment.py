@@ -187,8 +187,9 @@ class Deployment:
         argv = [sys.executable, str(BIN_VLLM), "serve", model, "--tensor-parallel-size", str(self.tp)]
         if self.dp > 1:
             argv += ["--data-parallel-size", str(self.dp)]
-        if port:
-            argv += ["--port", str(port)]
+        # Always a definite --port, as real deployments have (vLLM's default is 8000): the tool GETs
+        # only the configured HTTP port, never the API server's other listeners.
+        argv += ["--port", str(port or runtime.free_port())]
         if self.nnodes > 1 and self.shape != "ray":  # Ray places ranks on its nodes itself
             argv += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
                      "--master-port", str(self.master_port)]
@@ -253,7 +254,7 @@ class Deployment:
         with contextlib.suppress(Exception):
             self.refresh()
         procs.kill_all(self.processes)
-        for popen in (getattr(self, "_popen", None), getattr(self, "_raylet", None)):
+        for popen in (getattr(self, "_popen", None), getattr(self, "_raylet", None), *getattr(self, "_extra_popens", [])):
             if popen is not None:
                 popen.wait(timeout=10)
         # A namespaced node's /dev/shm is a private tmpfs that vanished with its last process.

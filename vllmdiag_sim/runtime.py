@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_DIR = "VLLMDIAG_SIM_DIR"
+ENV_API_TAG = "VLLMDIAG_SIM_API_TAG"  # a second API server in one sim deployment (dp-external): its records' suffix
 ENV_INIT_HANG = "VLLMDIAG_SIM_INIT_HANG_RANK"  # start fault init-odd-rank: this rank hangs in NCCL init
 # Readers spin this long after a message before blocking in poll. vLLM spins 1 s; the sim
 # spins briefly because tests run many deployments on 2 cores.
@@ -23,6 +24,15 @@ BUSY_LOOP_S = 0.002
 YIELD_SLEEP_S = 0.001
 # One decode step while requests run (about 30 tokens/s per request).
 STEP_INTERVAL_S = 0.03
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the kernel's pick; a race with another binder is unlikely)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def deployment_dir() -> Path | None:

@@ -30,7 +30,7 @@ from vllmdiag_sim.ray.raylet import NODES_ENV, SOCKET_ENV
 if TYPE_CHECKING:
     from vllmdiag_sim.deployment import Deployment
 
-SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns", "pp")
+SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns", "pp", "dp-external")
 PP_SIZE = 2  # shape pp: two pipeline stages
 SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-killed"),
                 # TP=1: no child at all, the model runs in the script (UniProcExecutor)
@@ -45,7 +45,10 @@ SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-ki
                 "ns": ("healthy", "healthy-load", "straggler", "api-killed"),
                 # `vllm serve -pp 2`: a stage waits in recv for a stuck upstream stage; a TP straggler
                 # inside stage 0 (ranks 0..TP-1) stops stage 1 too
-                "pp": ("healthy", "healthy-load", "pp-stage-stuck", "straggler", "worker-stopped")}
+                "pp": ("healthy", "healthy-load", "pp-stage-stuck", "straggler", "worker-stopped"),
+                # external DP load balancing: one `vllm serve --data-parallel-rank r` per DP rank (two here),
+                # each with its own API server and EngineCore_DP<r>, meeting only in the DP sync
+                "dp-external": ("healthy", "healthy-load", "dp-out-of-step")}
 
 
 class ShapeError(ValueError):
@@ -57,10 +60,12 @@ def validate(shape: str, fault: str, tp: int, dp: int, nnodes: int) -> None:
         raise ShapeError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     if shape == "ray" and nnodes > 1 and dp == 1:
         pass  # a Ray cluster of `nnodes` namespaced nodes; the engine's node is node rank 0
-    elif shape not in ("serve", "dp", "ns") and (dp != 1 or nnodes != 1):
+    elif shape not in ("serve", "dp", "ns", "dp-external") and (dp != 1 or nnodes != 1):
         raise ShapeError(f"shape {shape} runs DP=1 on one node")
     if shape == "pp" and fault == "pp-stage-stuck" and tp < 2:
         raise ShapeError("pp-stage-stuck wedges a stage's TP all_reduce: --tp 2 or more")
+    if shape == "dp-external" and (dp != 2 or nnodes != 1):
+        raise ShapeError("shape dp-external runs DP ranks 0 and 1 (--dp 2) on one node")
     if shape == "dp" and (dp < 2 or nnodes != 1):
         raise ShapeError("shape dp needs --dp 2 or more on one node")
     if shape != "serve" and fault not in SHAPE_FAULTS[shape]:
@@ -80,6 +85,8 @@ def launch_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[
         return base_argv + ["--distributed-executor-backend", "ray"], {SOCKET_ENV: sock}
     if dep.shape == "pp":
         return base_argv + ["--pipeline-parallel-size", str(PP_SIZE)], {}
+    if dep.shape == "dp-external":
+        return external_dp_argv(dep, base_argv)
     if dep.shape == "ns":
         from vllmdiag_sim.nsinit import STAY_ENV
 
@@ -109,6 +116,25 @@ def ray_cluster_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], 
     peers = [str(cluster / f"node{r}.sock") for r in range(1, dep.nnodes)]
     argv = [sys.executable, "-m", "vllmdiag_sim.ray.start", "--socket", sock, "--gcs-address", gcs, "--"]
     return argv + base_argv + ["--distributed-executor-backend", "ray"], {SOCKET_ENV: sock, NODES_ENV: ",".join(peers)}
+
+
+def external_dp_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Rank 0's `vllm serve` starts first (it serves the DP rendezvous and the DPCoordinator, and its
+    pid, the lower, is the deployment's root); the launcher is rank 1's, told apart by its records' tag."""
+    rpc_port = runtime.free_port()  # the DP groups' rendezvous follow it
+    flags = ["--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(rpc_port)]
+    env = {**os.environ, runtime.ENV_DIR: dep.dir,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                       os.environ.get("PYTHONPATH")]))}
+    with open(dep.path / "log.txt", "ab") as log:
+        rank0 = subprocess.Popen(base_argv + ["--data-parallel-rank", "0", *flags], stdin=subprocess.DEVNULL,
+                                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    dep.extra_tops = [rank0.pid]
+    dep._extra_popens = [rank0]  # type: ignore[attr-defined]  # reaped on down
+    rank1 = list(base_argv)
+    if "--port" in rank1:  # each rank's API server has its own HTTP port
+        rank1[rank1.index("--port") + 1] = str(runtime.free_port())
+    return rank1 + ["--data-parallel-rank", "1", *flags], {runtime.ENV_API_TAG: "dp1"}
 
 
 def start_raylet(dep: Deployment, sock: str) -> int:

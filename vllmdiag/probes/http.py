@@ -40,7 +40,8 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     if not api:
         raise Skip("no vLLM API server process (offline LLM engine, or no deployment)")
     socks = ctx.data("sockets")
-    servers = find_servers(socks, {p["pid"] for p in api}, _readlink(ctx.proc("self", "ns", "net")))
+    servers = find_servers(socks, {p["pid"] for p in api}, _readlink(ctx.proc("self", "ns", "net")),
+                           {p["pid"]: http_port(p) for p in api})
     # options["cheap"]: the watcher's pass every few seconds wants /metrics twice and nothing else
     # (no /health, no client queues): the rest is for the triage a stall opens.
     cheap = bool(ctx.options.get("cheap"))
@@ -88,17 +89,33 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     return out
 
 
-def find_servers(socks: dict[str, Any], api_pids: set[int], self_net: str | None) -> list[dict[str, Any]]:
-    """One entry per TCP listening address held by an API server (several API servers share one)."""
+def find_servers(socks: dict[str, Any], api_pids: set[int], self_net: str | None,
+                 http_ports: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """One entry per TCP listening address held by an API server (several API servers share one).
+
+    An API server also listens on ports that do not speak HTTP: with data parallelism rank 0's holds
+    the c10d TCPStore of the DP group and, for remote engines, ZMQ ROUTER/PULL sockets on TCP (vLLM 0.33
+    v1/engine/utils.py launch_core_engines). A GET there is a message on a vLLM socket (DESIGN
+    principle 1; it broke the sim's DP rendezvous). So when an API server listens on its configured
+    HTTP port (`--port`, default 8000), that listener is its only HTTP server."""
+    http_ports = http_ports or {}
+    listening = [t for t in socks.get("tcp", []) if t["state"] == "LISTEN" and api_pids & set(t["pids"])]
+    on_port = {pid for t in listening for pid in t["pids"] if http_ports.get(pid) == _port(t["local"])}
     servers: dict[str, dict[str, Any]] = {}
-    for t in socks.get("tcp", []):
-        if t["state"] == "LISTEN" and api_pids & set(t["pids"]):
-            host, _, port = t["local"].rpartition(":")
-            host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
-            servers.setdefault(t["local"], {"address": t["local"], "host": host.strip("[]"), "port": int(port),
-                                            "pids": sorted(api_pids & set(t["pids"])), "connections": {},
-                                            "same_netns": t.get("netns") in (None, "?", self_net)})
+    for t in listening:
+        if not any(pid not in on_port or http_ports.get(pid) == _port(t["local"]) for pid in api_pids & set(t["pids"])):
+            continue
+        host, _, port = t["local"].rpartition(":")
+        host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+        servers.setdefault(t["local"], {"address": t["local"], "host": host.strip("[]"), "port": int(port),
+                                        "pids": sorted(api_pids & set(t["pids"])), "connections": {},
+                                        "same_netns": t.get("netns") in (None, "?", self_net)})
     return list(servers.values())
+
+
+def _port(address: str) -> int | None:
+    tail = address.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else None
 
 
 def _api_info(ctx: Context, p: dict[str, Any], socks: dict[str, Any]) -> dict[str, Any]:

@@ -18,11 +18,22 @@ class ParallelConfig:
     pipeline_parallel_size: int = 1
     enable_expert_parallel: bool = False
     ep_hub_port: int = 0  # EP: the MoE all2all rendezvous of the EP group (every DP x TP rank)
+    data_parallel_rank: int | None = None  # external DP LB: this `vllm serve` runs this one DP rank
+    data_parallel_rpc_port: int = 29550
 
     @property
     def world_size(self) -> int:
         # Ranks of one DP replica: PP x TP, TP fastest (rank = pp_rank * TP + tp_rank).
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def external_dp(self) -> bool:
+        return self.data_parallel_rank is not None and self.data_parallel_size > 1
+
+    def external_hub_ports(self) -> tuple[int, ...]:
+        """External DP: rank 0 serves the DP groups' rendezvous (vLLM: its TCPStore hands the DP master
+        port to the other ranks); the sim puts them right after the RPC port so every rank knows them."""
+        return tuple(self.data_parallel_rpc_port + 1 + t for t in range(self.tensor_parallel_size))
 
     @property
     def local_world_size(self) -> int:

@@ -24,6 +24,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     serve.add_argument("--node-rank", type=int, default=0)
     serve.add_argument("--master-port", type=int, default=0)
     serve.add_argument("--distributed-executor-backend", choices=("mp", "ray"), default="mp")
+    # External DP load balancing (vLLM 0.33 arg_utils.py): one `vllm serve` per DP rank.
+    serve.add_argument("--data-parallel-rank", "-dpn", type=int, default=None)
+    serve.add_argument("--data-parallel-address", "-dpa", default="127.0.0.1")
+    serve.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=29550)
     return parser.parse_args(argv)
 
 
@@ -33,7 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     pc = ParallelConfig(args.tensor_parallel_size, args.data_parallel_size, args.nnodes,
                         args.node_rank, args.master_port, args.distributed_executor_backend,
                         pipeline_parallel_size=args.pipeline_parallel_size,
-                        enable_expert_parallel=args.enable_expert_parallel)
+                        enable_expert_parallel=args.enable_expert_parallel,
+                        data_parallel_rank=args.data_parallel_rank, data_parallel_rpc_port=args.data_parallel_rpc_port)
     from vllmdiag_sim.vllm.entrypoints.openai import api_server
 
     if args.headless:

@@ -36,9 +36,12 @@ def launch_core_engines(pc: ParallelConfig, input_addr: str | None,
     resource_tracker.ensure_running()
     ctx = multiprocessing.get_context("fork")
     engines: list[BaseProcess] = []
-    if pc.data_parallel_size > 1 and pc.is_leader:
+    if pc.external_dp and pc.data_parallel_rank != 0:
+        pc = dataclasses.replace(pc, dp_hub_ports=pc.external_hub_ports())  # rank 0 serves them
+    elif pc.data_parallel_size > 1 and pc.is_leader:
         pc = start_dp_group(pc, ctx)
-    for dp_rank in range(pc.data_parallel_size):
+    ranks = [pc.data_parallel_rank] if pc.data_parallel_rank is not None else range(pc.data_parallel_size)
+    for dp_rank in ranks:
         hub: socket.socket | None = None
         if pc.tensor_parallel_size > 1 and pc.is_leader:
             hub = collective.listen(pc.master_port if pc.nnodes > 1 else 0)
@@ -57,8 +60,8 @@ def start_dp_group(pc: ParallelConfig, ctx: Any) -> ParallelConfig:
     from vllmdiag_sim.vllm.v1.engine.coordinator import DPCoordinatorProc
 
     ports = []
-    for _ in range(pc.tensor_parallel_size):
-        srv = collective.listen(0)
+    for t in range(pc.tensor_parallel_size):
+        srv = collective.listen(pc.external_hub_ports()[t] if pc.external_dp else 0)
         collective.Hub(srv, pc.data_parallel_size).start()
         ports.append(srv.getsockname()[1])
     ctx.Process(target=DPCoordinatorProc.run_coordinator, name="VLLM_DP_Coordinator", daemon=True).start()

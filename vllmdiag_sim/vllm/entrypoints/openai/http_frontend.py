@@ -42,9 +42,10 @@ class ApiServer:
         server = await asyncio.start_server(self.handle_http, host, port)
         bound = server.sockets[0].getsockname()[1]
         base = runtime.deployment_dir()
+        tag = os.environ.get(runtime.ENV_API_TAG, "")
         if base is not None:
-            runtime.write_json(base / "api.json", {"http_port": bound, "pid": os.getpid()})
-        runtime.ack("api-ready")
+            runtime.write_json(base / f"api{'-' + tag if tag else ''}.json", {"http_port": bound, "pid": os.getpid()})
+        runtime.ack(f"api-ready{'-' + tag if tag else ''}")
         watcher = asyncio.create_task(self.watch_faults())
         async with server:
             await server.serve_forever()
