@@ -15,7 +15,6 @@ import selectors
 import socket
 import struct
 import threading
-import time
 from typing import Any
 
 _LEN = struct.Struct(">I")
@@ -105,15 +104,7 @@ class Hub:
                 pass
 
 
-def connect(port: int, rank: int, retry_s: float = 0.0) -> socket.socket:
-    deadline = time.monotonic() + retry_s
-    while True:
-        try:
-            sock = socket.create_connection(("127.0.0.1", port))
-            break
-        except ConnectionRefusedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+def connect(port: int, rank: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
     send_msg(sock, ("hello", rank))
     return sock

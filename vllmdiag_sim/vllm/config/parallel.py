@@ -30,11 +30,6 @@ class ParallelConfig:
     def external_dp(self) -> bool:
         return self.data_parallel_rank is not None and self.data_parallel_size > 1
 
-    def external_hub_ports(self) -> tuple[int, ...]:
-        """External DP: rank 0 serves the DP groups' rendezvous (vLLM: its TCPStore hands the DP master
-        port to the other ranks); the sim puts them right after the RPC port so every rank knows them."""
-        return tuple(self.data_parallel_rpc_port + 1 + t for t in range(self.tensor_parallel_size))
-
     @property
     def local_world_size(self) -> int:
         return self.world_size // self.nnodes

@@ -37,7 +37,7 @@ def launch_core_engines(pc: ParallelConfig, input_addr: str | None,
     ctx = multiprocessing.get_context("fork")
     engines: list[BaseProcess] = []
     if pc.external_dp and pc.data_parallel_rank != 0:
-        pc = dataclasses.replace(pc, dp_hub_ports=pc.external_hub_ports())  # rank 0 serves them
+        pc = dataclasses.replace(pc, dp_hub_ports=rendezvous_from_rank0())
     elif pc.data_parallel_size > 1 and pc.is_leader:
         pc = start_dp_group(pc, ctx)
     ranks = [pc.data_parallel_rank] if pc.data_parallel_rank is not None else range(pc.data_parallel_size)
@@ -60,12 +60,31 @@ def start_dp_group(pc: ParallelConfig, ctx: Any) -> ParallelConfig:
     from vllmdiag_sim.vllm.v1.engine.coordinator import DPCoordinatorProc
 
     ports = []
-    for t in range(pc.tensor_parallel_size):
-        srv = collective.listen(pc.external_hub_ports()[t] if pc.external_dp else 0)
+    for _ in range(pc.tensor_parallel_size):
+        srv = collective.listen(0)
         collective.Hub(srv, pc.data_parallel_size).start()
         ports.append(srv.getsockname()[1])
     ctx.Process(target=DPCoordinatorProc.run_coordinator, name="VLLM_DP_Coordinator", daemon=True).start()
+    base = runtime.deployment_dir()
+    if pc.external_dp and base is not None:
+        runtime.write_json(base / RENDEZVOUS, {"ports": ports})
     return dataclasses.replace(pc, dp_hub_ports=tuple(ports))
+
+
+RENDEZVOUS = "dp-rendezvous.json"
+
+
+def rendezvous_from_rank0() -> tuple[int, ...]:
+    """External DP, rank > 0: the DP groups' ports from rank 0 (vLLM hands the DP master port over the
+    handshake at --data-parallel-rpc-port; the sim reads what rank 0 recorded)."""
+    base = runtime.deployment_dir()
+    deadline = time.monotonic() + ENGINE_READY_TIMEOUT_S
+    while base is not None and time.monotonic() < deadline:
+        data = runtime.read_json(base / RENDEZVOUS)
+        if isinstance(data, dict) and data.get("ports"):
+            return tuple(int(p) for p in data["ports"])
+        time.sleep(0.05)
+    raise TimeoutError("DP rank 0 did not publish the DP group rendezvous")
 
 
 def wait_for_engine_startup(input_socket: zmq.Socket, engines: list[BaseProcess]) -> list[bytes]:

@@ -39,9 +39,7 @@ class WorkerProc:
         self.worker = Worker(self.rank, pc.tensor_parallel_size, pc.pipeline_parallel_size, pp_links)
         self.worker.init_device(hub_port)
         if pc.dp_hub_ports:  # the DP group of this TP rank: the same TP rank of every DP rank
-            # External DP: rank 0's rendezvous may not listen yet (torch's TCPStore client waits too).
-            comm = collective.connect(pc.dp_hub_ports[self.rank], dp_rank, retry_s=30.0 if pc.external_dp else 0.0)
-            self.worker.init_dp_group(comm, dp_rank)
+            self.worker.init_dp_group(collective.connect(pc.dp_hub_ports[self.rank], dp_rank), dp_rank)
         set_process_title("Worker", pc.worker_suffix(dp_rank, self.rank))
         self.rpc_broadcast_mq = MessageQueue.create_from_handle(rpc_handle, self._rpc_reader_rank(local_rank))
         self.worker_response_mq = self._make_response_mq()
