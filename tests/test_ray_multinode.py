@@ -70,11 +70,11 @@ def test_node_b_alone_says_the_engine_is_elsewhere_and_blames_no_rank_by_a_wrong
     assert v["status"] != "healthy" and rc != 0, v["summary"]
     elsewhere = [f for f in out["findings"] if f["code"] == "process.engine_elsewhere"]
     assert elsewhere and "another node" in elsewhere[0]["message"] and "sweep" in elsewhere[0]["message"]
+    # Alone, a worker node knows only the order of its ranks, not their numbers: none is made up.
+    assert all(c["rank"] is None for c in v["culprits"]), v["culprits"]
+    assert not [p for d in out["deployments"] for p in d["processes"] if p["role"] == "worker" and p["ranks"]]
     if swept["fault"] == "healthy":
         assert v["status"] == "inconclusive" and not v["culprits"], v["summary"]
-    else:  # the stuck actor is odd one out on its own node too: it is the one named (by pid)
-        assert {c["pid"] for c in v["culprits"]} <= {p["pid"] for d in out["deployments"] for p in d["processes"]
-                                                      if p["role"] == "worker"}
 
 
 def test_node_a_alone_says_ranks_run_elsewhere_never_healthy_or_missing(swept: dict[str, Any]) -> None:
@@ -86,3 +86,31 @@ def test_node_a_alone_says_ranks_run_elsewhere_never_healthy_or_missing(swept: d
     assert elsewhere and elsewhere[0]["evidence"]["world"] == 4 and elsewhere[0]["evidence"]["local_ranks"] == 2
     if swept["fault"] == "healthy":
         assert v["status"] == "inconclusive" and "other node" in v["summary"], v["summary"]
+
+
+def _without_sockets(saved: Any, jobs: dict[str, str]) -> list[Any]:
+    """The saved snapshots as a node would send them with its sockets unreadable, each Ray actor carrying
+    the ``RAY_JOB_ID`` its raylet gives it (the sim forks actors, so their environ lacks it)."""
+    from vllmdiag.model import Snapshot
+
+    out = []
+    for node, job in jobs.items():
+        data = json.loads((saved / f"{node}.json").read_text())
+        data["probes"]["sockets"] = {"status": "error", "duration_s": 0.0, "reason": "permission denied", "data": {}}
+        for p in data["probes"]["processes"]["data"]["processes"]:
+            if p.get("executor") == "ray":
+                p.setdefault("environ", {})["RAY_JOB_ID"] = job
+        out.append(Snapshot.from_dict(data))
+    return out
+
+
+def test_without_sockets_the_ray_job_of_one_cluster_ties_them_and_another_job_does_not(swept: dict[str, Any]) -> None:
+    from vllmdiag.analysis.fleet.engine import analyze_fleet
+
+    same = analyze_fleet(_without_sockets(swept["saved"], {"gpu00": "01000000", "gpu01": "01000000"}))
+    assert [g.nodes for g in same.fleet.groups] == [["gpu00", "gpu01"]] if same.fleet else False
+    if swept["fault"] == "straggler":
+        assert [(c.node, c.rank) for c in same.verdict.culprits] == [("gpu01", 3)], same.verdict.summary
+    other = analyze_fleet(_without_sockets(swept["saved"], {"gpu00": "01000000", "gpu01": "02000000"}))
+    assert other.fleet is not None and other.fleet.groups == []  # another driver's job: not this engine's workers
+    assert other.verdict.status != "healthy", other.verdict.summary

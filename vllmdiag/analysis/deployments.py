@@ -229,7 +229,22 @@ def _shape(snap: Snapshot, dep: Deployment, by_pid: dict[int, dict[str, Any]],
         source = shapes.infer_ray_ranks(ray_workers, gpus, dep.configured.get("tp"), dep.configured.get("pp"))
         tie = ray_ties.get(dep.root_pid) or {"ties": ["process tree (raylet under the engine)"] if ray_workers else []}
         dep.ray = {"workers": [p["pid"] for p in ray_workers], "ties": tie.get("ties", []), "rank_source": source}
+        if dep.kind == "ray_node":
+            _local_order_only(dep, ray_workers)
         _ray_links(snap, dep, ray_workers)
+        dep.ray["cluster"] = next((c for w in ray_workers if (c := shapes.ray_cluster_id(by_pid.get(w["ppid"])))), None)
+        dep.ray["jobs"] = sorted({str(j) for w in ray_workers if (j := (w.get("environ") or {}).get("RAY_JOB_ID"))})
+
+
+def _local_order_only(dep: Deployment, ray_workers: list[dict[str, Any]]) -> None:
+    """A worker node's ranks come after the engine node's (RayExecutorV2 places the driver's node first):
+    seen alone, only their order on this node is known. No TP number is made up (a partial group compared
+    alone could blame innocents); the fleet analysis numbers them once it has found their engine."""
+    for w in ray_workers:
+        if "tp" in (w.get("ranks") or {}):
+            w["ray_local_rank"] = int(w["ranks"]["tp"])
+            w["ranks"], w["name"] = {}, "RayWorkerProc"
+    dep.ray["rank_source"] = f"local order only ({dep.ray['rank_source']}); global ranks need the engine's node"
 
 
 def _ray_links(snap: Snapshot, dep: Deployment, ray_workers: list[dict[str, Any]]) -> None:

@@ -129,10 +129,13 @@ def _ranks_elsewhere(snap: Snapshot, dep: Deployment, size: int, local: int, rem
     """Ray placed some ranks on other nodes (RayExecutorV2: driver node first): they read the engine's rpc
     queue over TCP. Not missing, not seen: the verdict about them is not ours to give from this node."""
     peers = sorted({r["remote"].rsplit(":", 1)[0] for r in remote})
-    msg = (f"{size - local} of TP={size} rank(s) run on other node(s) of the Ray cluster ({', '.join(peers[:4])}): "
-           f"the EngineCore holds {len(remote)} TCP connection(s) from other nodes on its listeners (its rpc queue's "
-           f"remote readers). Only ranks 0-{local - 1} were "
-           "checked here; sweep the Ray cluster's nodes together (vllmdiag sweep) to check them all.")
+    if remote:
+        why = (f"run on other node(s) of the Ray cluster ({', '.join(peers[:4])}): the EngineCore holds {len(remote)} "
+               "TCP connection(s) from other nodes on its listeners (its rpc queue's remote readers)")
+    else:  # sockets unreadable: elsewhere or gone cannot be told apart from here
+        why = "are not on this node, and its sockets could not be read to tell whether they run on other nodes"
+    msg = (f"{size - local} of TP={size} rank(s) {why}. Only ranks 0-{local - 1} were checked here; sweep the Ray "
+           "cluster's nodes together (vllmdiag sweep) to check them all.")
     return finding("process.ranks_elsewhere", LAYER, "info", snap, dep, msg, [e["pid"] for e in dep.engines],
                    {"out_of_view": True, "local_ranks": local, "world": size, "remote_readers": remote}, [])
 
@@ -204,7 +207,7 @@ def _missing_ranks(snap: Snapshot, dep: Deployment) -> list[Finding]:
         # Ray titles carry no rank: ours were inferred, so the count is sure and the number is not.
         guessed = any(w.get("rank_source") for w in present.values())
         remote = dep.ray.get("remote_readers") or []
-        if dep.executor == "ray" and len(missing) <= len(remote):
+        if dep.executor == "ray" and (len(missing) <= len(remote) or dep.ray.get("links_seen") is False):
             out.append(_ranks_elsewhere(snap, dep, size, len(present), remote))
             continue
         culprits = []

@@ -190,3 +190,20 @@ def accepted_remote(tcp: list[dict[str, Any]], pid: int) -> list[dict[str, str]]
     ports = {str(e.get("local")).rsplit(":", 1)[-1] for e in tcp
              if e.get("state") == "LISTEN" and pid in (e.get("pids") or [])}
     return [link for link in remote_links(tcp, pid) if link["local"].rsplit(":", 1)[-1] in ports]
+
+
+_CLUSTER_FLAGS = ("--session_name", "--session-name", "--gcs-address", "--gcs_address")
+
+
+def ray_cluster_id(raylet: dict[str, Any] | None) -> str | None:
+    """The Ray cluster a raylet belongs to, from its command line: every raylet of one cluster is started
+    with the head's session name and GCS address (`ray start --address` fetches them from the GCS)."""
+    if raylet is None or raylet.get("role") != "raylet":
+        return None
+    found: dict[str, str] = {}
+    for arg in (str(a) for a in raylet.get("cmdline") or []):
+        name, eq, value = arg.partition("=")
+        if eq and name in _CLUSTER_FLAGS and value:
+            found.setdefault(name.replace("_", "-"), value[:200])
+    session, gcs = found.get("--session-name"), found.get("--gcs-address")
+    return f"session {session}" if session else f"gcs {gcs}" if gcs else None

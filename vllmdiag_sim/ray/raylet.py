@@ -23,8 +23,11 @@ from vllmdiag_sim import runtime
 
 SOCKET_ENV = "VLLMDIAG_SIM_RAYLET"
 NODES_ENV = "VLLMDIAG_SIM_RAY_NODES"  # the raylets of the cluster's other nodes (comma-separated sockets)
-RAYLET_TITLE = "/usr/local/lib/python3/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name={sock} " \
-               "--node_manager_port=0 --node_ip_address=127.0.0.1 --object_store_memory=0 --session_name=session_sim"
+RAYLET = "/usr/local/lib/python3/site-packages/ray/core/src/ray/raylet/raylet"
+# setproctitle has only the original argv's room (Ray's SPT_NOENV keeps environ out of it): the cluster
+# flags go first so they survive the cut; the real raylet, a C++ binary, keeps its whole command line.
+RAYLET_TITLE = RAYLET + " {cluster}--node_ip_address=127.0.0.1 --raylet_socket_name={sock} --node_manager_port=0 " \
+    "--object_store_memory=0"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     # The cluster's GCS (`ray start --address`): every raylet of one Ray cluster names the same one.
     parser.add_argument("--gcs-address", default=None)
     args = parser.parse_args(argv)
-    title = RAYLET_TITLE.format(sock=args.socket)
-    setproctitle.setproctitle(title + (f" --gcs-address={args.gcs_address}" if args.gcs_address else ""))
+    cluster = (f"--gcs-address={args.gcs_address} --session_name=session_sim_{args.gcs_address.rsplit(':', 1)[-1]} "
+               if args.gcs_address else "--session_name=session_sim ")
+    setproctitle.setproctitle(RAYLET_TITLE.format(sock=args.socket, cluster=cluster))
     signal.signal(signal.SIGCHLD, lambda *_: _reap())
     with Listener(args.socket, "AF_UNIX") as listener:
         runtime.ack("raylet-ready")

@@ -19,21 +19,23 @@ ELSEWHERE_CODES = ("process.ranks_elsewhere", "process.engine_elsewhere")
 
 
 def join(per_node: dict[str, list[Deployment]]) -> list[RankGroup]:
-    """One group per Ray engine that workers on other nodes are connected to."""
+    """One group per Ray engine that workers on other nodes are connected to (or, when sockets could not
+    be read, that runs the same Ray job of the same Ray cluster: ``RAY_JOB_ID`` of its local actors)."""
     owner: dict[tuple[str, str], tuple[str, Deployment]] = {}
+    jobs: dict[tuple[str, str], list[tuple[str, Deployment]]] = {}
     for node, deps in per_node.items():
         for dep in deps:
             if dep.executor == "ray" and dep.kind != "ray_node":
                 for link in dep.ray.get("remote_readers") or []:
                     owner[(link["remote"], link["local"])] = (node, dep)
+                for job in dep.ray.get("jobs") or []:
+                    jobs.setdefault((str(dep.ray.get("cluster")), job), []).append((node, dep))
     groups: dict[str, RankGroup] = {}
     for node, deps in sorted(per_node.items()):
         for dep in deps:
             if dep.kind != "ray_node":
                 continue
-            hits = [owner[(lk["local"], lk["remote"])] for links in (dep.ray.get("links") or {}).values()
-                    for lk in links if (lk["local"], lk["remote"]) in owner]
-            head = _one(hits, node)
+            head, how = _engine_of(dep, node, owner, jobs)
             if head is None:
                 continue
             head_node, head_dep = head
@@ -41,12 +43,28 @@ def join(per_node: dict[str, list[Deployment]]) -> list[RankGroup]:
             group = groups.get(key)
             if group is None:
                 group = groups[key] = RankGroup(key, [Member(head_node, head_dep, 0, None)])
+            dep.ray["engine"] = {"node": head_node, "deployment": head_dep.id, "tied_by": how}
             group.members.append(Member(node, dep, len(group.members), None))
     for group in groups.values():
         for m in group.members:
             m.nnodes = len(group.members)
         _global_ranks(group)
     return sorted(groups.values(), key=lambda g: g.key)
+
+
+def _engine_of(dep: Deployment, node: str, owner: dict[tuple[str, str], tuple[str, Deployment]],
+               jobs: dict[tuple[str, str], list[tuple[str, Deployment]]]) -> tuple[tuple[str, Deployment] | None, str]:
+    hits = [owner[(lk["local"], lk["remote"])] for links in (dep.ray.get("links") or {}).values()
+            for lk in links if (lk["local"], lk["remote"]) in owner]
+    head = _one(hits, node)
+    if head is not None:
+        return head, "TCP: its workers' connections to the engine's rpc queue"
+    cluster = dep.ray.get("cluster")
+    if cluster and len(dep.ray.get("jobs") or []) == 1:
+        head = _one(jobs.get((str(cluster), dep.ray["jobs"][0]), []), node)
+        if head is not None:
+            return head, f"the same Ray job (RAY_JOB_ID {dep.ray['jobs'][0]}) of the same Ray cluster ({cluster})"
+    return None, ""
 
 
 def _one(hits: list[tuple[str, Deployment]], node: str) -> tuple[str, Deployment] | None:
@@ -60,9 +78,8 @@ def _global_ranks(group: RankGroup) -> None:
     offset = len(group.members[0].deployment.workers)
     sure = len(group.members) == 2
     for m in group.members[1:]:
-        workers = sorted(m.deployment.workers, key=lambda w: (w.get("ranks") or {}).get("tp", 0))
-        for w in workers:
-            local = int((w.get("ranks") or {}).get("tp", 0))
+        workers = sorted(m.deployment.workers, key=lambda w: (int(w.get("ray_local_rank", 1 << 20)), w["pid"]))
+        for local, w in enumerate(workers):
             w["ranks"] = {"tp": offset + local}
             w["name"] = f"Worker_TP{offset + local}"
             w["rank_source"] = ("after the engine node's ranks (Ray places the driver's node first)" if sure else
