@@ -59,8 +59,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
 
 def stalled_deployments(snapshot: Snapshot, deployments: list[Deployment]) -> dict[str, float]:
     """Deployment id -> window (s) for those with work in flight and nothing moved for HELD_S or more."""
-    from vllmdiag.analysis.gpu_progress import HELD_S
-    from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
+    from vllmdiag.analysis.progress import HELD_S, all_passes, deployment_progress, is_stalled
 
     return {p.deployment_id: p.window_s for p in deployment_progress(all_passes(snapshot), deployments)
             if is_stalled(p) and p.window_s >= HELD_S}

@@ -17,7 +17,7 @@ from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title
 from vllmdiag.analysis.gpu import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
 from vllmdiag.analysis.gpu_groups import pp_waiting_stages
-from vllmdiag.analysis.progress import Progress, all_passes, deployment_progress, is_stalled
+from vllmdiag.analysis.progress import HELD_S, Progress, all_passes, deployment_progress, is_stalled
 from vllmdiag.analysis.stacks import StackClass
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.stack_classes import (
@@ -39,7 +39,6 @@ LAYER = "gpu"
 CODES = ("gpu.uniform_hang", "gpu.engine_step_stuck", "gpu.call_site_mismatch", "gpu.init_rank_stuck",
          "gpu.stall_suspected", "gpu.progress")
 INIT_STUCK = (NCCL_INIT, INIT_DEVICE)
-HELD_S = 3.0  # decode steps take 10-100 ms and chunked prefill bounds a step to about a second
 SEEN_ONCE_S = 0.05  # below this nothing was looked at twice: progress unknown, not "nothing moved"
 RANK_STEP = (COLLECTIVE, SYNC_POINT, EXECUTING)
 ENGINE_STEP = (COLLECTIVE, SYNC_POINT, EXECUTING, ENGINE_BUSY)

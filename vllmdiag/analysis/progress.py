@@ -31,6 +31,9 @@ from vllmdiag.stack_classes import (
     WRITER_BLOCKED_FULL_RING,
 )
 
+# A stall held this long is a block: decode steps take 10-100 ms and chunked prefill bounds a
+# step to about a second (gpu_progress, gpu_groups).
+HELD_S = 3.0
 COUNTERS = ("generation_tokens", "prompt_tokens", "steps", "requests_finished")
 # Stack classes that mean the process is inside a step (or a startup phase that must finish).
 STEP_CLASSES = (COLLECTIVE, SYNC_POINT, EXECUTING, COMPILING, ENGINE_WAITING_WORKERS,
