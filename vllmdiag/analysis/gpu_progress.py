@@ -184,6 +184,9 @@ def _engine_shape(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, d
                if eng.get("inprocess_engine") else f"The EngineCore (pid {eng['pid']})")
         msg = (f"{who} runs the model itself (no workers) and its step holds in "
                f"{sc.label} at {site or sc.where} while nothing moved{picture}.")
+        if eng.get("inprocess_engine"):  # no /metrics, no rings: its output is its only counter (progress.py)
+            msg += (" It wrote nothing meanwhile either; a busy run with use_tqdm=False, or one long request, "
+                    "looks the same: high GPU power or a later py-spy dump elsewhere says it moves.")
         out.append(finding("gpu.engine_step_stuck", LAYER, "critical", snap, dep, msg, [eng["pid"]],
                            {"class": sc.label, "where": sc.where, "call_site": site, "key_frames": sc.key_frames,
                             "thread": sc.thread, "nvml": nvml},
