@@ -84,8 +84,11 @@ def test_node_a_alone_says_ranks_run_elsewhere_never_healthy_or_missing(swept: d
     assert not [f for f in out["findings"] if f["code"] == "process.rank_missing"]
     elsewhere = [f for f in out["findings"] if f["code"] == "process.ranks_elsewhere"]
     assert elsewhere and elsewhere[0]["evidence"]["world"] == 4 and elsewhere[0]["evidence"]["local_ranks"] == 2
+    assert not v["culprits"], v["culprits"]  # its ranks wait for one elsewhere: no uniform hang is claimed
     if swept["fault"] == "healthy":
         assert v["status"] == "inconclusive" and "other node" in v["summary"], v["summary"]
+    else:
+        assert v["status"] == "degraded" and "other nodes" in v["summary"], v["summary"]
 
 
 def _without_sockets(saved: Any, jobs: dict[str, str]) -> list[Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from vllmdiag.analysis import shapes as deployment_shapes
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title
 from vllmdiag.analysis.gpu import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
@@ -66,12 +67,14 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
         return [_with_progress(f, p) for f in odd_init]
     long = sorted({sc.label for sc, _ in seen.values() if sc.name in LONG_PHASES})
     held = p.window_s >= HELD_S and not long
-    shapes = _group_shapes(snap, dep, seen, gpus) if dep.workers else _engine_shape(snap, dep, seen, gpus)
+    partial = deployment_shapes.ranks_on_other_nodes(dep)  # multi-node Ray seen from the engine's node
+    shapes = [] if partial else _group_shapes(snap, dep, seen, gpus) if dep.workers else _engine_shape(snap, dep, seen, gpus)
     if held and shapes:
         return [_with_progress(f, p) for f in shapes]
     why = (f"a long phase is under way ({', '.join(long)}): a cold compile or warm-up can take minutes" if long else
            f"watched only {p.window_s:.1f} s (a stall is called a block after {HELD_S:.0f} s; triage --confirm S)"
-           if p.window_s < HELD_S else "no stack picture explains it (the ranks are not all at one point)")
+           if p.window_s < HELD_S else "some ranks run on other nodes of the Ray cluster: the odd one out may be "
+           "there (sweep them together)" if partial else "no stack picture explains it (the ranks are not all at one point)")
     msg = (f"Work in flight ({'; '.join(p.in_flight)}) but nothing moved in {p.window_s:.1f} s: suspected stall, "
            f"{why}.")
     blame = [c for f in odd_init + shapes for c in f.culprits[:1]]

@@ -207,3 +207,12 @@ def ray_cluster_id(raylet: dict[str, Any] | None) -> str | None:
             found.setdefault(name.replace("_", "-"), value[:200])
     session, gcs = found.get("--session-name"), found.get("--gcs-address")
     return f"session {session}" if session else f"gcs {gcs}" if gcs else None
+
+
+def ranks_on_other_nodes(dep: Any) -> bool:
+    """A Ray engine's node whose TP/PP group goes on on other nodes (or may: its sockets were unreadable):
+    its local ranks waiting alike prove no uniform hang, the odd one out may be elsewhere."""
+    if getattr(dep, "executor", None) != "ray" or dep.kind == "ray_node":
+        return False
+    world = (dep.configured.get("tp") or 1) * (dep.configured.get("pp") or 1)
+    return len(dep.workers) < world and bool(dep.ray.get("remote_readers") or dep.ray.get("links_seen") is False)

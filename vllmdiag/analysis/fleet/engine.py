@@ -135,7 +135,7 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
             # for the rank that is odd across nodes: that rank is the culprit, not the waiting share.
             for m in group.members:
                 nodes[m.node].findings = [f for f in nodes[m.node].findings
-                                          if not (f.deployment == m.deployment.id and f.code in UNIFORM_CODES)]
+                                          if not (f.deployment == m.deployment.id and f.code in _explained(group))]
         for f in cross:
             if not _already_named(f, nodes):
                 nodes[f.node].findings.append(f)
@@ -146,6 +146,12 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
                                                                   if f.deployment == r.deployment.id]))
                         for r in node.reports]
     return joined
+
+
+def _explained(group: rank_groups.RankGroup) -> tuple[str, ...]:
+    """A share's findings that a rank odd across the nodes explains: its uniform hang; for a Ray group also
+    the engine node's stall suspicion (its local ranks wait alike, unjudged, for ranks elsewhere)."""
+    return UNIFORM_CODES + (("gpu.stall_suspected",) if group.key.startswith("ray:") else ())
 
 
 def _defeated(f: Finding, member: rank_groups.Member) -> bool:
