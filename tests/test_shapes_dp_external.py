@@ -214,3 +214,36 @@ def test_http_probe_gets_only_the_configured_port_of_an_api_server() -> None:
     servers = find_servers(socks, {100, 200}, None, {100: 8000, 200: 8001})
     # 200 does not listen on its configured port (retitled child, --uds, ...): its listeners stay.
     assert sorted(s["port"] for s in servers) == [8000, 9000]
+
+
+# ---- a DP world over the nodes of a sweep ------------------------------------------------------------
+def node_snap(node: str, procs: list[dict[str, Any]], stacks: dict[int, Any], again: dict[int, Any] | None = None
+              ) -> Snapshot:
+    s = snap(procs, stacks, again)
+    s.node = node
+    return s
+
+
+def test_dp_world_over_two_nodes_names_the_out_of_step_rank_and_its_node() -> None:
+    from vllmdiag.analysis.fleet.engine import analyze_fleet
+
+    flags = "-dp 2 -dpa 10.0.0.5 -dpp 13345"
+    a = node_snap("gpu01", rank_tree(100, 0, f"{flags} -dpn 0"), {102: ENGINE_IDLE, 103: DP_SYNC, 104: DP_SYNC},
+                  {103: DP_SYNC})
+    b = node_snap("gpu02", rank_tree(100, 1, f"{flags} -dpn 1"), {102: ENGINE_IDLE, 103: IDLE, 104: IDLE},
+                  {102: ENGINE_IDLE})
+    alone = analyze([a]).findings  # one node: the rank it waits for is not there, nobody is blamed
+    assert [f.code for f in alone if f.code.startswith("gpu.dp_world")] == ["gpu.dp_world_unseen_ranks"]
+    rep = analyze_fleet([a, b])
+    v = rep.verdict
+    assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
+    assert (v.culprits[0].node, v.culprits[0].pid, v.culprits[0].role) == ("gpu02", 102, "engine_core")
+    assert not any(f.code == "gpu.dp_world_unseen_ranks" for f in rep.findings)  # the fleet saw every rank
+
+
+def test_loopback_dp_address_never_joins_nodes() -> None:
+    from vllmdiag.analysis.fleet.engine import analyze_fleet
+
+    a = node_snap("gpu01", rank_tree(100, 0, "-dp 2 -dpn 0"), {102: ENGINE_IDLE, 103: DP_SYNC, 104: DP_SYNC})
+    b = node_snap("gpu02", rank_tree(100, 1, "-dp 2 -dpn 1"), {102: ENGINE_IDLE, 103: IDLE, 104: IDLE})
+    assert not any(f.code == "fleet.dp_world_out_of_step" for f in analyze_fleet([a, b]).findings)

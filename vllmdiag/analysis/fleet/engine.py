@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vllmdiag.analysis.engine import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
+from vllmdiag.analysis.fleet import dp_world as dp_worlds
 from vllmdiag.analysis.fleet import groups as rank_groups
 from vllmdiag.analysis.fleet import ray as ray_groups
 from vllmdiag.analysis.fleet.collective import compare_across_nodes
@@ -139,6 +140,15 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
         for f in cross:
             if not _already_named(f, nodes):
                 nodes[f.node].findings.append(f)
+    # DP worlds whose ranks are separate `vllm serve` on several nodes (external/hybrid load balancing).
+    dp_found, dp_seen = dp_worlds.cross_node(per_node, snaps)
+    for name, dep_id in dp_seen:
+        nodes[name].findings = [f for f in nodes[name].findings
+                                if not (f.deployment == dep_id and f.code in dp_worlds.REPLACED)]
+        touched.add(name)
+    for f in dp_found:
+        nodes[f.node].findings.append(f)
+        touched.add(f.node)
     for name in touched:
         node = nodes[name]
         assert node.snapshot is not None
