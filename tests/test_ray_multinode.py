@@ -18,9 +18,15 @@ import pytest
 from fleet_fixtures import ns_init_pid, skip_reason
 from sim_fixtures import two_node_ray
 
-pytestmark = [pytest.mark.root, pytest.mark.slow,
-              pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
 sim = pytest.importorskip("vllmdiag_sim.deployment")
+
+
+def on_sim_nodes(test: Any) -> Any:
+    """Root, slow: the tests that run the two-node Ray cluster in namespaces."""
+    for mark in (pytest.mark.root, pytest.mark.slow,
+                 pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")):
+        test = mark(test)
+    return test
 
 
 def run_json(*args: str) -> tuple[int, dict[str, Any]]:
@@ -41,6 +47,7 @@ def swept(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     yield {"fault": request.param, "rc": rc, "out": out, "saved": tmp / "saved"}
 
 
+@on_sim_nodes
 def test_sweep_ties_node_b_workers_to_the_engine_and_judges_the_whole_group(swept: dict[str, Any]) -> None:
     out, v = swept["out"], swept["out"]["verdict"]
     assert [n["status"] for n in out["nodes"]] == ["ok", "ok"], out["nodes"]
@@ -57,6 +64,7 @@ def test_sweep_ties_node_b_workers_to_the_engine_and_judges_the_whole_group(swep
     assert not [f for f in out["findings"] if f["severity"] != "info" and f["node"] == "gpu00"]
 
 
+@on_sim_nodes
 def test_saved_sweep_gives_the_same_verdict(swept: dict[str, Any]) -> None:
     rc, again = run_json("analyze", str(swept["saved"]))
     v, first = again["verdict"], swept["out"]["verdict"]
@@ -64,6 +72,7 @@ def test_saved_sweep_gives_the_same_verdict(swept: dict[str, Any]) -> None:
     assert [(c["node"], c["rank"]) for c in v["culprits"]] == [(c["node"], c["rank"]) for c in first["culprits"]]
 
 
+@on_sim_nodes
 def test_node_b_alone_says_the_engine_is_elsewhere_and_blames_no_rank_by_a_wrong_number(swept: dict[str, Any]) -> None:
     rc, out = run_json("analyze", str(swept["saved"] / "gpu01.json"))
     v = out["verdict"]
@@ -77,6 +86,7 @@ def test_node_b_alone_says_the_engine_is_elsewhere_and_blames_no_rank_by_a_wrong
         assert v["status"] == "inconclusive" and not v["culprits"], v["summary"]
 
 
+@on_sim_nodes
 def test_node_a_alone_says_ranks_run_elsewhere_never_healthy_or_missing(swept: dict[str, Any]) -> None:
     rc, out = run_json("analyze", str(swept["saved"] / "gpu00.json"))
     v = out["verdict"]
@@ -107,6 +117,7 @@ def _without_sockets(saved: Any, jobs: dict[str, str]) -> list[Any]:
     return out
 
 
+@on_sim_nodes
 def test_without_sockets_the_ray_job_of_one_cluster_ties_them_and_another_job_does_not(swept: dict[str, Any]) -> None:
     from vllmdiag.analysis.fleet.engine import analyze_fleet
 
@@ -117,3 +128,85 @@ def test_without_sockets_the_ray_job_of_one_cluster_ties_them_and_another_job_do
     other = analyze_fleet(_without_sockets(swept["saved"], {"gpu00": "01000000", "gpu01": "02000000"}))
     assert other.fleet is not None and other.fleet.groups == []  # another driver's job: not this engine's workers
     assert other.verdict.status != "healthy", other.verdict.summary
+
+
+# ---- without the simulator: the same ties from synthetic snapshots (what real vLLM 0.33 leaves in /proc) ----
+SHM = "vllm/distributed/device_communicators/shm_broadcast.py"
+REMOTE_IDLE = [{"name": "MainThread", "frames": [["poll", "zmq/sugar/poll.py", 1], ["recv", SHM, 1], ["dequeue", SHM, 1],
+                                                 ["worker_busy_loop", "vllm/v1/executor/multiproc_executor.py", 1]]}]
+ALL_REDUCE = [{"name": "MainThread", "frames": [
+    ["ncclAllReduce", "vllm/distributed/device_communicators/pynccl_wrapper.py", 1],
+    ["all_reduce", "vllm/distributed/parallel_state.py", 1], ["execute_model", "vllm/v1/worker/gpu_model_runner.py", 1]]}]
+EXECUTING = [{"name": "MainThread", "frames": [["_prepare_inputs", "vllm/v1/worker/gpu_model_runner.py", 1],
+                                               ["execute_model", "vllm/v1/worker/gpu_model_runner.py", 1]]}]
+ENGINE_WAITS = [{"name": "MainThread", "frames": [
+    ["acquire_read", SHM, 1], ["dequeue", SHM, 1], ["get_response", "vllm/v1/executor/multiproc_executor.py", 1],
+    ["collective_rpc", "vllm/v1/executor/multiproc_executor.py", 1], ["step", "vllm/v1/engine/core.py", 1]]}]
+RAYLET = "/opt/ray/core/src/ray/raylet/raylet --gcs-address=10.0.0.1:6379 --session_name=session_2026_1"
+
+
+def _p(pid: int, ppid: int, role: str, title: str, **extra: Any) -> dict[str, Any]:
+    argv = title.split(" ")
+    return {"pid": pid, "ppid": ppid, "pgid": ppid, "role": role, "title": title, "cmdline": argv, "ranks": {},
+            "titled": title.startswith(("VLLM::", "ray::")), "name": title.split("::")[-1], "state": "S",
+            "comm": argv[0].rsplit("/", 1)[-1][:15], **extra}
+
+
+def _tcp(pid: int, local: str, remote: str, state: str = "ESTABLISHED") -> dict[str, Any]:
+    return {"local": local, "remote": remote, "state": state, "pids": [pid], "send_q": 0, "recv_q": 0, "inode": pid}
+
+
+def _snap(node: str, procs: list[dict[str, Any]], parents: list[dict[str, Any]], stacks: dict[int, Any],
+          tcp: list[dict[str, Any]], shm: list[dict[str, Any]]) -> Any:
+    from vllmdiag.model import ProbeResult, Snapshot
+
+    dumps = [{"pid": pid, "status": "ok", "threads": t, "resample": {"after_s": 0.3, "status": "ok", "threads": t}}
+             for pid, t in stacks.items()]
+    res = {"processes": ProbeResult("ok", 0.0, None, {"processes": procs, "parents": parents}),
+           "stacks": ProbeResult("ok", 0.1, None, {"dumps": dumps}),
+           "sockets": ProbeResult("ok", 0.0, None, {"tcp": tcp, "unix": []}),
+           "shm": ProbeResult("ok", 0.0, None, {"segments": shm})}
+    return Snapshot(node, "", "", 0.1, res)
+
+
+def synthetic(b_engine_addr: str = "10.0.0.1:5000", b_stacks: tuple[Any, Any] = (ALL_REDUCE, EXECUTING)) -> list[Any]:
+    """Node A: API server (TP=4, Ray), EngineCore listening on 10.0.0.1:5000 with two readers from 10.0.0.2,
+    ranks 0-1 (Ray actors mapping the engine's ring). Node B: a raylet, ranks 2-3 connected to ``b_engine_addr``."""
+    api = _p(10, 1, "api_server", "/usr/bin/python3 /usr/bin/vllm serve m -tp 4 --distributed-executor-backend ray")
+    engine = _p(11, 10, "engine_core", "VLLM::EngineCore")
+    a_workers = [_p(21 + i, 20, "worker", "ray::RayWorkerProc.run", executor="ray") for i in range(2)]
+    tcp_a = [_tcp(11, "10.0.0.1:5000", "0.0.0.0:0", "LISTEN"), _tcp(11, "10.0.0.1:5000", "10.0.0.2:40001"),
+             _tcp(11, "10.0.0.1:5000", "10.0.0.2:40002")]
+    a = _snap("gpu00", [api, engine, *a_workers], [_p(20, 1, "raylet", RAYLET, selected_as="parent")],
+              {11: ENGINE_WAITS, 21: ALL_REDUCE, 22: ALL_REDUCE}, tcp_a,
+              [{"name": "psm_ring", "mapped_by": [11, 21, 22]}])
+    b_workers = [_p(31 + i, 30, "worker", "ray::RayWorkerProc.run", executor="ray") for i in range(2)]
+    tcp_b = [_tcp(31, "10.0.0.2:40001", b_engine_addr), _tcp(32, "10.0.0.2:40002", b_engine_addr)]
+    b = _snap("gpu01", b_workers, [_p(30, 1, "raylet", RAYLET, selected_as="parent")],
+              {31: b_stacks[0], 32: b_stacks[1]}, tcp_b, [])
+    return [a, b]
+
+
+def test_a_remote_reader_waiting_for_work_is_idle_not_in_a_collective() -> None:
+    from vllmdiag.analysis.stacks import classify_threads
+
+    assert classify_threads(REMOTE_IDLE, "worker").name == "idle"
+
+
+def test_synthetic_cluster_names_the_straggler_on_node_b_by_its_global_rank() -> None:
+    from vllmdiag.analysis.fleet.engine import analyze_fleet
+
+    rep = analyze_fleet(synthetic())
+    assert rep.fleet is not None and [g.nodes for g in rep.fleet.groups] == [["gpu00", "gpu01"]]
+    assert rep.verdict.layer == "gpu" and [(c.node, c.pid, c.rank) for c in rep.verdict.culprits] == [("gpu01", 32, 3)]
+
+
+def test_workers_tied_to_an_engine_that_was_not_swept_stay_unjudged() -> None:
+    from vllmdiag.analysis.fleet.engine import analyze_fleet
+
+    rep = analyze_fleet(synthetic(b_engine_addr="10.0.0.9:5000", b_stacks=(REMOTE_IDLE, REMOTE_IDLE)))
+    assert rep.fleet is not None and rep.fleet.groups == []
+    b = next(d for d in rep.deployments if d.node == "gpu01")
+    assert b.verdict.status == "inconclusive" and not b.verdict.culprits, b.verdict.summary
+    a = next(d for d in rep.deployments if d.node == "gpu00")
+    assert a.verdict.status != "healthy" and not any(c.rank in (2, 3) for c in a.verdict.culprits), a.verdict.summary
