@@ -142,6 +142,9 @@ EXECUTING = [{"name": "MainThread", "frames": [["_prepare_inputs", "vllm/v1/work
 ENGINE_WAITS = [{"name": "MainThread", "frames": [
     ["acquire_read", SHM, 1], ["dequeue", SHM, 1], ["get_response", "vllm/v1/executor/multiproc_executor.py", 1],
     ["collective_rpc", "vllm/v1/executor/multiproc_executor.py", 1], ["step", "vllm/v1/engine/core.py", 1]]}]
+ENGINE_IDLE = [{"name": "MainThread", "frames": [["wait", "threading.py", 1], ["get", "queue.py", 1],
+                                                ["_process_input_queue", "vllm/v1/engine/core.py", 1],
+                                                ["run_busy_loop", "vllm/v1/engine/core.py", 1]]}]
 RAYLET = "/opt/ray/core/src/ray/raylet/raylet --gcs-address=10.0.0.1:6379 --session_name=session_2026_1"
 
 
@@ -169,17 +172,19 @@ def _snap(node: str, procs: list[dict[str, Any]], parents: list[dict[str, Any]],
     return Snapshot(node, "", "", 0.1, res)
 
 
-def synthetic(b_engine_addr: str = "10.0.0.1:5000", b_stacks: tuple[Any, Any] = (ALL_REDUCE, EXECUTING)) -> list[Any]:
+def synthetic(b_engine_addr: str = "10.0.0.1:5000", b_stacks: tuple[Any, Any] = (ALL_REDUCE, EXECUTING),
+              a_ranks: int = 2, engine_stack: Any = None) -> list[Any]:
     """Node A: API server (TP=4, Ray), EngineCore listening on 10.0.0.1:5000 with two readers from 10.0.0.2,
     ranks 0-1 (Ray actors mapping the engine's ring). Node B: a raylet, ranks 2-3 connected to ``b_engine_addr``."""
-    api = _p(10, 1, "api_server", "/usr/bin/python3 /usr/bin/vllm serve m -tp 4 --distributed-executor-backend ray")
+    api = _p(10, 1, "api_server", f"/usr/bin/python3 /usr/bin/vllm serve m -tp {a_ranks + 2} "
+             "--distributed-executor-backend ray")
     engine = _p(11, 10, "engine_core", "VLLM::EngineCore")
-    a_workers = [_p(21 + i, 20, "worker", "ray::RayWorkerProc.run", executor="ray") for i in range(2)]
+    a_workers = [_p(21 + i, 20, "worker", "ray::RayWorkerProc.run", executor="ray") for i in range(a_ranks)]
     tcp_a = [_tcp(11, "10.0.0.1:5000", "0.0.0.0:0", "LISTEN"), _tcp(11, "10.0.0.1:5000", "10.0.0.2:40001"),
              _tcp(11, "10.0.0.1:5000", "10.0.0.2:40002")]
     a = _snap("gpu00", [api, engine, *a_workers], [_p(20, 1, "raylet", RAYLET, selected_as="parent")],
-              {11: ENGINE_WAITS, 21: ALL_REDUCE, 22: ALL_REDUCE}, tcp_a,
-              [{"name": "psm_ring", "mapped_by": [11, 21, 22]}])
+              {11: engine_stack or ENGINE_WAITS, 21: ALL_REDUCE, 22: ALL_REDUCE}, tcp_a,
+              [{"name": "psm_ring", "mapped_by": [11, *(w["pid"] for w in a_workers)]}])
     b_workers = [_p(31 + i, 30, "worker", "ray::RayWorkerProc.run", executor="ray") for i in range(2)]
     tcp_b = [_tcp(31, "10.0.0.2:40001", b_engine_addr), _tcp(32, "10.0.0.2:40002", b_engine_addr)]
     b = _snap("gpu01", b_workers, [_p(30, 1, "raylet", RAYLET, selected_as="parent")],
@@ -210,3 +215,17 @@ def test_workers_tied_to_an_engine_that_was_not_swept_stay_unjudged() -> None:
     assert b.verdict.status == "inconclusive" and not b.verdict.culprits, b.verdict.summary
     a = next(d for d in rep.deployments if d.node == "gpu00")
     assert a.verdict.status != "healthy" and not any(c.rank in (2, 3) for c in a.verdict.culprits), a.verdict.summary
+
+
+def test_an_engine_whose_ranks_all_run_on_other_nodes_is_answered_by_the_sweep() -> None:
+    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.fleet.engine import analyze_fleet
+
+    idle = {"a_ranks": 0, "b_stacks": (REMOTE_IDLE, REMOTE_IDLE), "engine_stack": ENGINE_IDLE}
+    alone = analyze(synthetic(**idle)[:1])
+    assert any(f.code == "process.workers_unseen" for f in alone.findings) and alone.verdict.status != "healthy"
+    rep = analyze_fleet(synthetic(**idle))
+    assert rep.fleet is not None and [g.nodes for g in rep.fleet.groups] == [["gpu00", "gpu01"]]
+    assert not [f for f in rep.findings if f.code in ("process.workers_unseen", "process.engine_elsewhere")]
+    ranks = sorted(p.ranks.get("tp") for d in rep.deployments for p in d.processes if p.role == "worker")
+    assert ranks == [0, 1] and rep.verdict.status == "healthy", rep.verdict.summary

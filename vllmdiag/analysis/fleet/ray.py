@@ -15,7 +15,8 @@ from __future__ import annotations
 from vllmdiag.analysis.deployments import Deployment
 from vllmdiag.analysis.fleet.groups import Member, RankGroup
 
-ELSEWHERE_CODES = ("process.ranks_elsewhere", "process.engine_elsewhere")
+# Single-node findings that a joined group answers: the ranks the engine's node could not see were found.
+ELSEWHERE_CODES = ("process.ranks_elsewhere", "process.engine_elsewhere", "process.workers_unseen")
 
 
 def join(per_node: dict[str, list[Deployment]]) -> list[RankGroup]:
