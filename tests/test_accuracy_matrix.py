@@ -28,7 +28,7 @@ TPS = (2, 4, 8)
 # api-killed and dp-out-of-step belong to deployment shapes (the shape rows below).
 EXPECT: dict[str, tuple[str, str | None, str | None]] = {
     fault: answer for fault, answer in EXPECTED.items()
-    if fault not in {"shm-small", "api-killed", "dp-out-of-step", "pp-stage-stuck"}}
+    if fault not in {"shm-small", "api-killed", "dp-out-of-step", "pp-stage-stuck", "ep-rank-odd"}}
 # Faults whose TP sizes differ from TPS (TP=1 runs the model in the EngineCore: no group, no workers).
 FAULT_TPS: dict[str, tuple[int, ...]] = {"uniform-collective": (2, 4, 8), "uniform-sync": (1, 2, 4, 8),
                                          "long-step": (1, 2, 4, 8), "healthy-slow": (1, 2, 4, 8), "compiling": (2, 4, 8),
@@ -136,6 +136,12 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("dp-external", "healthy", 2, None): ("healthy", None, None),
     ("dp-external", "healthy-load", 2, None): ("healthy", None, None),
     ("dp-external", "dp-out-of-step", 2, 1): ("blocked", "gpu", "dp_engine"),
+    # DP=2 x TP with --enable-expert-parallel (DeepEP high-throughput); rank = the EP rank (dp * TP + tp)
+    ("ep", "healthy", 2, None): ("healthy", None, None),
+    ("ep", "healthy-load", 2, None): ("healthy", None, None),
+    ("ep", "healthy-load", 1, None): ("healthy", None, None),
+    ("ep", "ep-rank-odd", 2, 3): ("blocked", "gpu", "ep_worker"),
+    ("ep", "ep-rank-odd", 1, 0): ("blocked", "gpu", "ep_worker"),
 }
 DP_SHAPES = ("dp", "dp-external")
 
@@ -160,7 +166,7 @@ def _blames_stage(c: Culprit, dep: Any, stage: int) -> bool:
 def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, accuracy_matrix: Any) -> None:
     shape, fault, tp, rank = case
     status, layer, who = SHAPE_CASES[case]
-    with Deployment.up(tp=tp, dp=2 if shape in DP_SHAPES else 1, fault=fault, rank=rank, shape=shape,
+    with Deployment.up(tp=tp, dp=2 if shape in (*DP_SHAPES, "ep") else 1, fault=fault, rank=rank, shape=shape,
                        namespace=shape == "ns") as dep:
         result = triage(pids=_roots(dep), budget_s=8, confirm_s=CONFIRM_S)
         v = result.report.verdict
@@ -170,6 +176,9 @@ def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, 
         first = v.culprits[:1]
         if who == "api_server_gone":
             ok_culprit = bool(first) and first[0].role == "api_server" and first[0].pid is None
+        elif who == "ep_worker":  # the worker titled ..._EP{rank}, whichever DP rank it is on
+            ok_culprit = bool(first) and first[0].role == "worker" and first[0].title.endswith(f"_EP{rank}") and any(
+                p["pid"] == first[0].pid and p["title"].endswith(f"_EP{rank}") for p in dep.processes)
         elif who == "pp_stage":
             ok_culprit = bool(first) and _blames_stage(first[0], dep, rank or 0)
         elif who == "dp_engine":

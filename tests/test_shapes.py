@@ -300,9 +300,20 @@ def test_dp_out_of_step_in_one_sample_is_only_a_warning_and_moving_is_nothing() 
     assert moved.verdict.status == "healthy", moved.verdict.summary
 
 
+def held_for(first: Snapshot, seconds: float = 4.0) -> Snapshot:
+    """The same picture again ``seconds`` later, as the confirm window's follow-up pass stores it."""
+    first.collected_at = "2026-11-30T12:00:00+00:00"
+    later = Snapshot.from_dict(first.to_dict())
+    later.collected_at = f"2026-11-30T12:00:{int(seconds):02d}+00:00"
+    first.passes = [later]
+    return first
+
+
 def test_dp_rank_busy_elsewhere_names_its_busy_worker() -> None:
+    # A busy rank seen twice 0.3 s apart may be a healthy step's next layer: only a held stall names it.
     again = {20: DP_SYNC, 23: EXECUTING}
-    v = analyze([dp_snapshot([IDLE, EXECUTING], again)]).verdict
+    assert not any(f.code == "gpu.dp_out_of_step" for f in analyze([dp_snapshot([IDLE, EXECUTING], again)]).findings)
+    v = analyze([held_for(dp_snapshot([IDLE, EXECUTING], again))]).verdict
     assert (v.status, v.layer, v.culprits[0].pid) == ("blocked", "gpu", 23), v.summary
 
 
@@ -337,7 +348,7 @@ def test_pp_stage_waiting_on_recv_names_the_stuck_upstream_stage() -> None:
             pid = 20 + pp * 2 + t
             procs.append(proc(pid, 11, "worker", f"VLLM::Worker_PP{pp}_TP{t}", {"pp": pp, "tp": t}))
             stacks[pid] = RECV if pp == 1 else (EXECUTING if t == 1 else ALL_REDUCE)
-    rep = analyze([snap(procs, stacks, {22: RECV, 21: EXECUTING, 20: ALL_REDUCE})])
+    rep = analyze([held_for(snap(procs, stacks, {22: RECV, 21: EXECUTING, 20: ALL_REDUCE}))])
     f = next(f for f in rep.findings if f.code == "gpu.pp_stage_stuck")
     assert f.pids == [21] and f.severity == "critical"
     assert rep.verdict.culprits[0].pid == 21  # the TP straggler of stage 0, not a waiting stage-1 rank

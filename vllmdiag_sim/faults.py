@@ -48,6 +48,7 @@ FAULTS: dict[str, str] = {
     "api-killed": "the API server SIGKILLed; EngineCore and workers live on, reparented (vLLM #55510)",
     "dp-out-of-step": "DP>1: every DP rank but one waits in the per-step DP sync; that one never comes (#28224)",
     "pp-stage-stuck": "PP>1: every TP rank of stage --rank (default 0) wedged in its all_reduce; the next stage waits in recv",
+    "ep-rank-odd": "EP: EP rank --rank (default the last) stops before the MoE dispatch; its EP peers wait in dispatch",
 }
 START_FAULTS = {"shm-small", "init-odd-rank"}  # in place from launch; `inject` cannot add them later
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
@@ -79,6 +80,7 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "api-killed": ("blocked", "process", "api_server_gone"),  # the missing API server: no pid to name
     "dp-out-of-step": ("blocked", "gpu", "engine_core"),  # the EngineCore of the DP rank that never came
     "pp-stage-stuck": ("blocked", "gpu", "pp_stage"),  # the upstream stage, never the stage waiting in recv
+    "ep-rank-odd": ("blocked", "gpu", "ep_worker"),  # the EP rank out of the all2all (titled ..._EP{rank})
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
@@ -93,7 +95,7 @@ class FaultError(ValueError):
     pass
 
 
-SHAPE_ONLY = {"pp-stage-stuck": "pp"}  # faults of one deployment shape (vllmdiag_sim.shapes)
+SHAPE_ONLY = {"pp-stage-stuck": "pp", "ep-rank-odd": "ep"}  # faults of one deployment shape (vllmdiag_sim.shapes)
 
 
 def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int | None, shape: str = "serve") -> None:
@@ -123,6 +125,8 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
         rank = 0 if rank is None else rank
     if dep.shape == "ray" and dep.nnodes > 1:  # the Ray driver's node steps every rank of the cluster
         local = range(dep.tp) if dep.node_rank == 0 else range(0)
+    if fault == "ep-rank-odd":  # its rank is an EP rank (dp * TP + tp)
+        rank = dep.dp * dep.tp - 1 if rank is None else rank
     rank = local[-1] if rank is None else rank
     if fault == "dp-out-of-step":  # its rank is the DP rank that never comes
         rank = dep.dp - 1 if rank is None or rank >= dep.dp else rank
@@ -256,6 +260,7 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "api-killed": lambda d, r: _shapes().kill_api_server(d, r),
     "dp-out-of-step": lambda d, r: _shapes().wait_dp_sync(d, r),
     "pp-stage-stuck": lambda d, r: _hang_with_request(d, f"pp-stage-stuck-{r * d.tp}"),
+    "ep-rank-odd": lambda d, r: _hang_with_request(d, f"ep-rank-odd-{r}"),
 }
 
 

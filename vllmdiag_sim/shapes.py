@@ -9,6 +9,10 @@
   hold the ranks the driver places there (``ray_cluster_argv``).
 - ``pp``: `vllm serve --pipeline-parallel-size 2`: PP=2 x TP stages; workers `VLLM::Worker_PP{p}_TP{t}`,
   global rank p * TP + t, intermediate tensors sent stage to stage (`isend_tensor_dict` / `recv_object`).
+- ``ep``: `vllm serve -dp 2 --enable-expert-parallel --all2all-backend deepep_high_throughput`: a MoE
+  model whose DP ranks step in lockstep (request waves, dummy batches) and meet every step in the DP
+  sync and the DeepEP dispatch/combine of the EP group (every DP x TP rank); workers
+  `VLLM::Worker_DP{d}[_TP{t}]_EP{e}`.
 The orphaned engine is a fault (``api-killed``) on a running deployment of any shape with an API server.
 """
 
@@ -30,7 +34,7 @@ from vllmdiag_sim.ray.raylet import NODES_ENV, SOCKET_ENV
 if TYPE_CHECKING:
     from vllmdiag_sim.deployment import Deployment
 
-SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns", "pp", "dp-external")
+SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns", "pp", "dp-external", "ep")
 PP_SIZE = 2  # shape pp: two pipeline stages
 SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-killed"),
                 # TP=1: no child at all, the model runs in the script (UniProcExecutor)
@@ -48,7 +52,9 @@ SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-ki
                 "pp": ("healthy", "healthy-load", "pp-stage-stuck", "straggler", "worker-stopped"),
                 # external DP load balancing: one `vllm serve --data-parallel-rank r` per DP rank (two here),
                 # each with its own API server and EngineCore_DP<r>, meeting only in the DP sync
-                "dp-external": ("healthy", "healthy-load", "dp-out-of-step")}
+                "dp-external": ("healthy", "healthy-load", "dp-out-of-step"),
+                # DP x TP with expert parallel: one EP rank stays out of the MoE dispatch its peers wait in
+                "ep": ("healthy", "healthy-load", "ep-rank-odd")}
 
 
 class ShapeError(ValueError):
@@ -58,9 +64,11 @@ class ShapeError(ValueError):
 def validate(shape: str, fault: str, tp: int, dp: int, nnodes: int) -> None:
     if shape not in SHAPES:
         raise ShapeError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    if shape == "ep" and (dp < 2 or nnodes != 1):
+        raise ShapeError("shape ep needs --dp 2 or more on one node")
     if shape == "ray" and nnodes > 1 and dp == 1:
         pass  # a Ray cluster of `nnodes` namespaced nodes; the engine's node is node rank 0
-    elif shape not in ("serve", "dp", "ns", "dp-external") and (dp != 1 or nnodes != 1):
+    elif shape not in ("serve", "dp", "ns", "dp-external", "ep") and (dp != 1 or nnodes != 1):
         raise ShapeError(f"shape {shape} runs DP=1 on one node")
     if shape == "pp" and fault == "pp-stage-stuck" and tp < 2:
         raise ShapeError("pp-stage-stuck wedges a stage's TP all_reduce: --tp 2 or more")
@@ -87,6 +95,8 @@ def launch_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[
         return base_argv + ["--pipeline-parallel-size", str(PP_SIZE)], {}
     if dep.shape == "dp-external":
         return external_dp_argv(dep, base_argv)
+    if dep.shape == "ep":
+        return base_argv + ["--enable-expert-parallel", "--all2all-backend", "deepep_high_throughput"], {}
     if dep.shape == "ns":
         from vllmdiag_sim.nsinit import STAY_ENV
 

@@ -16,6 +16,7 @@ from typing import Any
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, role_of
 from vllmdiag.analysis.gpu import (
+    LONG_PHASE,
     GroupCompare,
     OddRank,
     compare_group,
@@ -27,7 +28,7 @@ from vllmdiag.analysis.gpu import (
 )
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
-from vllmdiag.stack_classes import COLLECTIVE, DP_SYNC, ENGINE_DP_SYNC, IDLE
+from vllmdiag.stack_classes import COLLECTIVE, DP_SYNC, ENGINE_DP_SYNC, ENGINE_IDLE, IDLE
 
 LAYER = "gpu"
 CODES = ("gpu.dp_out_of_step", "gpu.ep_rank_odd", "gpu.pp_stage_stuck")
@@ -53,8 +54,28 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
                 f.severity = "critical"
                 f.message = f.message.replace(" (one sample)", f" (nothing moved for {stalled[dep.id]:.1f} s)")
                 f.evidence["confirmed_by_progress"] = True
-        out += found
+        out += [f for f in found if not (f.evidence.get("needs_progress") and f.severity != "critical")]
     return out
+
+
+RESTING = (IDLE, ENGINE_IDLE)  # waiting for work: a rank found there twice stays out of the step
+
+
+def _busy(pids: list[int | None], classes: dict[int, StackClass]) -> bool:
+    """A second stack look 0.3 s later tells a rank that stays out of a step (idle, gone) from one in
+    passing, but not a busy one: in a healthy MoE DP/EP or PP step the ranks wait for each other at
+    every layer and step (the DP rank on a dummy batch in coordinate_batch_across_dp or in dispatch
+    while its peer computes; stage 1 in recv while stage 0 computes), and a look one layer later reads
+    the same classes (seen on the sim's EP shape under load). Such pictures need the progress window."""
+    return any(pid is not None and (c := classes.get(pid)) is not None and c.name not in RESTING for pid in pids)
+
+
+def _needs_progress(confirmed: bool | None, blamed: list[int | None], classes: dict[int, StackClass]
+                    ) -> tuple[bool | None, bool]:
+    """(confirmed as the resample may say it, whether only progress can confirm the picture)."""
+    if _busy(blamed, classes):
+        return None, True
+    return confirmed, False
 
 
 def stalled_deployments(snapshot: Snapshot, deployments: list[Deployment]) -> dict[str, float]:
@@ -134,6 +155,7 @@ def _dp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
     confirmed = _dp_held(waiter["pid"], others, again)
     if confirmed is False:
         return []  # the ranks moved on: a step in passing
+    confirmed, needs_progress = _needs_progress(confirmed, [p["pid"] for p in blamed.values()], classes)
     parts, culprits = [], []
     for d, p in sorted(blamed.items()):
         c = classes.get(p["pid"])
@@ -147,60 +169,103 @@ def _dp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
            + ("" if confirmed else " (one sample)"))
     return [finding("gpu.dp_out_of_step", LAYER, severity, snap, dep, msg, [c.pid for c in culprits if c.pid],
                     {"in_sync": in_sync, "out_of_step": sorted(blamed), "waiter": waiter["pid"],
-                     "waiter_stack": classes[waiter["pid"]].key_frames, "confirmed_by_resample": bool(confirmed)},
-                    culprits)]
+                     "waiter_stack": classes[waiter["pid"]].key_frames, "confirmed_by_resample": bool(confirmed),
+                     "needs_progress": needs_progress}, culprits)]
 
 
 # ---- expert parallel ---------------------------------------------------------------------------
-def ep_group(procs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    return {int((p.get("ranks") or {})["ep"]): p for p in _workers(procs) if "ep" in (p.get("ranks") or {})}
+# The MoE all2all step each frame stands for. DeepEP's buffer frames carry it as the rules' op; vLLM
+# 0.33's default backend (allgather_reducescatter, which "naive" and "pplx" now fall back to) runs an
+# all_gatherv / reduce_scatterv underneath, so its innermost op says nothing of MoE: the matched
+# dispatch/combine frame does.
+EP_STEP = {"dispatch": "moe_dispatch", "low_latency_dispatch": "moe_dispatch", "_do_dispatch": "moe_dispatch",
+           "dispatch_router_logits": "moe_dispatch", "prepare": "moe_dispatch", "prepare_async": "moe_dispatch",
+           "combine": "moe_combine", "low_latency_combine": "moe_combine", "combine_into_output": "moe_combine",
+           "finalize": "moe_combine", "_finalize": "moe_combine", "finalize_async": "moe_combine"}
+
+
+def ep_op(c: StackClass | None) -> str | None:
+    if c is None or c.name != COLLECTIVE:
+        return None
+    if c.op in EP_OPS:
+        return c.op
+    funcs = [kf.split(" ", 1)[0].rsplit(".", 1)[-1] for kf in c.key_frames]
+    return next((EP_STEP[f] for f in funcs if f in EP_STEP), None)
+
+
+def ep_groups(procs: list[dict[str, Any]]) -> dict[tuple[int, int], dict[int, dict[str, Any]]]:
+    """EP rank -> worker, per EP group: vLLM builds one per (PP stage, PCP rank) across DP x TP."""
+    out: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
+    for p in _workers(procs):
+        ranks = p.get("ranks") or {}
+        if "ep" in ranks:
+            out.setdefault((int(ranks.get("pp", 0)), int(ranks.get("pcp", 0))), {})[int(ranks["ep"])] = p
+    return out
 
 
 def _ep(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: dict[int, StackClass]) -> list[Finding]:
-    members = ep_group(dep.processes)
-    cmp = ep_compare(members, classes)
-    if cmp is None:
-        return []
-    waiter = members[cmp.waiting[0]]
-    confirmed = _confirmed([waiter["pid"], *[o.pid for o in cmp.odd]], classes, again)
-    if confirmed is False:
-        return []
-    waiting = fold([f"EP{r}" for r in cmp.waiting])
+    out = []
+    for members in ep_groups(dep.processes).values():
+        cmp = ep_compare(members, classes)
+        if cmp is None:
+            continue
+        confirmed = _confirmed([members[cmp.waiting[0]]["pid"], *[o.pid for o in cmp.odd]], classes, again)
+        if confirmed is False:
+            continue
+        confirmed, needs_progress = _needs_progress(confirmed, [o.pid for o in cmp.odd], classes)
+        out.append(_ep_finding(snap, dep, members, cmp, bool(confirmed)))
+        out[-1].evidence["needs_progress"] = needs_progress
+    return out
+
+
+def _ep_finding(snap: Snapshot, dep: Deployment, members: dict[int, dict[str, Any]], cmp: GroupCompare,
+                confirmed: bool) -> Finding:
+    waiting = fold([rank_name(members[r]) for r in cmp.waiting])
     parts, culprits = [], []
     for o in cmp.odd:
         proc = members.get(o.rank)
-        what = "has no stack" if o.cls is None else (f"is in {o.cls.op}" if o.kind == "mismatch"
+        what = "has no stack" if o.cls is None else (f"is in {o.cls.label} instead" if o.kind == "mismatch"
                                                       else f"never arrived: {o.cls.label} in {o.cls.where}")
         name = rank_name(proc) if proc else f"EP{o.rank}"
         parts.append(f"{name} {what}")
-        reason = f"{o.kind}: EP peers {waiting} wait in {cmp.op}; {name} {what}"
+        reason = f"{o.kind}: EP peers {waiting} wait in the MoE {cmp.op}; {name} {what}"
         culprits.append(culprit(snap, proc, reason) if proc else
                         Culprit(snap.node, None, "worker", None, f"EP{o.rank}", reason))
     msg = f"{waiting} wait in the MoE all2all {cmp.op}; " + "; ".join(parts) + "." + ("" if confirmed else " (one sample)")
-    return [finding("gpu.ep_rank_odd", LAYER, "critical" if confirmed else "warning", snap, dep, msg,
-                    [c.pid for c in culprits if c.pid], {"op": cmp.op, "waiting": waiting,
-                                                         "odd": [{"ep": o.rank, "pid": o.pid, "kind": o.kind} for o in cmp.odd],
-                                                         "confirmed_by_resample": bool(confirmed)}, culprits)]
+    return finding("gpu.ep_rank_odd", LAYER, "critical" if confirmed else "warning", snap, dep, msg,
+                   [c.pid for c in culprits if c.pid], {"op": cmp.op, "waiting": waiting,
+                                                        "odd": [{"ep": o.rank, "pid": o.pid, "kind": o.kind} for o in cmp.odd],
+                                                        "confirmed_by_resample": confirmed}, culprits)
 
 
 def ep_compare(members: dict[int, dict[str, Any]], classes: dict[int, StackClass]) -> GroupCompare | None:
-    """An all2all needs every EP rank, so no majority is needed: ranks in the most common EP op
-    wait, every other rank is odd (a whole DP rank absent is half the group at DP=2)."""
+    """Ranks in the most common MoE all2all step wait; the odd ones are the ranks outside any
+    collective (or without a stack): a DeepEP all2all needs every EP rank, so no majority is needed
+    for them (a whole DP rank absent is half the group at DP=2). A rank in another collective is
+    itself waiting on someone (with the default backend the dispatch is a DP-group all_gatherv, and
+    the ranks that got through wait in their next TP collective for the stuck ones' TP peers): it is
+    named only when no rank is outside a collective and the waiters are the majority."""
     if len(members) < 2:
         return None
-    ops = Counter(c.op for p in members.values() if (c := classes.get(p["pid"])) is not None
-                  and c.name == COLLECTIVE and c.op in EP_OPS)
+    ops = Counter(op for p in members.values() if (op := ep_op(classes.get(p["pid"]))) is not None)
     if not ops:
         return None
     op = ops.most_common(1)[0][0]
     res = GroupCompare(op)
     for rank, p in sorted(members.items()):
         c = classes.get(p["pid"])
-        if c is not None and c.name == COLLECTIVE and c.op == op:
+        if ep_op(c) == op:
             res.waiting.append(rank)
         else:
             kind = "missing" if c is None else "mismatch" if c.name == COLLECTIVE else "straggler"
             res.odd.append(OddRank(rank, p["pid"], kind, c))
+    if any(o.cls is not None and o.cls.name in LONG_PHASE for o in res.odd):
+        return None  # a rank compiling arrives when done
+    outside = [o for o in res.odd if o.kind != "mismatch"]
+    if outside:
+        res.odd = outside
+    elif len(res.waiting) <= len(res.odd):
+        return None
     return res if res.odd else None
 
 
@@ -280,6 +345,7 @@ def _pp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
         confirmed = _confirmed([waiters[0]["pid"], *pids], classes, again)
         if confirmed is False:
             continue  # a stage in passing: it sent meanwhile, or the waiter got its input
+        confirmed, needs_progress = _needs_progress(confirmed, list(pids), classes)
         waiting = ", ".join(f"{s} ({fold([rank_name(p) for p in stages[(dp, s)]])})" for s in down)
         msg = (f"PP stage(s) {waiting} wait in recv for stage {pp}'s intermediate tensors, which never came: "
                f"{desc}." + ("" if confirmed else " (one sample)"))
@@ -288,7 +354,8 @@ def _pp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
                                   "upstream_classes": {rank_name(p): (classes[p["pid"]].label if p["pid"] in classes
                                                                       else None) for p in stages[(dp, pp)]},
                                   "waiter_stack": classes[waiters[0]["pid"]].key_frames,
-                                  "confirmed_by_resample": bool(confirmed)}, culprits))
+                                  "confirmed_by_resample": bool(confirmed), "needs_progress": needs_progress},
+                           culprits))
     return out
 
 
@@ -300,7 +367,8 @@ def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
         by_dp = dp_ranks(procs)
         pids += [next(p["pid"] for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)]
         pids += [_dp_blame(ps, classes)["pid"] for ps in others.values()]
-    groups = [(ep_group(procs), ep_compare), *((m, compare_group) for m in ray_groups(procs).values())]
+    groups = [*((m, ep_compare) for m in ep_groups(procs).values()),
+              *((m, compare_group) for m in ray_groups(procs).values())]
     for members, compare in groups:
         cmp = compare(members, classes) if len(members) > 1 else None
         if cmp is not None:

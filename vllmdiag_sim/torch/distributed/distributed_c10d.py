@@ -1,4 +1,5 @@
-"""Mirror of `torch/distributed/distributed_c10d.py`: `isend` and the blocking `recv` of a PP stage.
+"""Mirror of `torch/distributed/distributed_c10d.py`: `isend` and the blocking `recv` of a PP stage,
+and the `all_reduce` the EngineCores of a MoE DP deployment run on their (gloo) DP group.
 
 vLLM 0.33 sends a stage's intermediate tensors with `isend` (non-blocking) and the next stage
 receives their metadata with a blocking `recv` on the CPU (gloo) group first
@@ -12,7 +13,10 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
+from dataclasses import dataclass
 from typing import Any
+
+from vllmdiag_sim import collective
 
 _LEN = struct.Struct(">I")
 
@@ -38,3 +42,19 @@ def recv(src: int, group: socket.socket) -> Any:
     if len(head) < _LEN.size:
         raise ConnectionError(f"pipeline peer rank {src} closed the connection")
     return pickle.loads(group.recv(_LEN.unpack(head)[0], socket.MSG_WAITALL))
+
+
+@dataclass
+class StatelessProcessGroup:
+    """A rank's connection to its group's rendezvous (`vllmdiag_sim.collective.Hub`)."""
+
+    sock: socket.socket
+    rank: int
+    seq: int = 0
+
+
+def all_reduce(tensor: list[int], group: StatelessProcessGroup) -> None:
+    group.seq += 1
+    collective.send_msg(group.sock, ("op", group.seq, "all_reduce", group.rank, tensor[0]))
+    head = group.sock.recv(4, socket.MSG_WAITALL)  # inline: the innermost frame while a DP rank is missing
+    tensor[0] = collective.decode_reply(group.sock, head)

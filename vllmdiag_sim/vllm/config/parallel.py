@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from vllmdiag_sim.torch.distributed import distributed_c10d
 
 
 @dataclass
@@ -20,6 +23,8 @@ class ParallelConfig:
     ep_hub_port: int = 0  # EP: the MoE all2all rendezvous of the EP group (every DP x TP rank)
     data_parallel_rank: int | None = None  # external DP LB: this `vllm serve` runs this one DP rank
     data_parallel_rpc_port: int = 29550
+    dp_engine_hub_port: int = 0  # EP: the EngineCores' DP group (DPEngineCoreProc's unfinished-requests sync)
+    all2all_backend: str = "allgather_reducescatter"
 
     @property
     def world_size(self) -> int:
@@ -65,3 +70,10 @@ class ParallelConfig:
 
     def engine_name(self, dp_rank: int) -> str:
         return f"EngineCore_DP{dp_rank}" if self.data_parallel_size > 1 else "EngineCore"
+
+    @staticmethod
+    def sync_dp_state(dp_group: Any, has_unfinished: bool) -> bool:
+        """Whether any DP rank still has requests: an all-reduce over the EngineCores' DP group."""
+        tensor = [int(has_unfinished)]
+        distributed_c10d.all_reduce(tensor, group=dp_group)
+        return bool(tensor[0])

@@ -17,6 +17,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     serve.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     serve.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     serve.add_argument("--enable-expert-parallel", "-ep", action="store_true")
+    serve.add_argument("--all2all-backend", choices=("deepep_high_throughput",), default=None,
+                       help="the sim's EP all2all is DeepEP high-throughput only")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=0)
     serve.add_argument("--headless", action="store_true")
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> None:
                         args.node_rank, args.master_port, args.distributed_executor_backend,
                         pipeline_parallel_size=args.pipeline_parallel_size,
                         enable_expert_parallel=args.enable_expert_parallel,
-                        data_parallel_rank=args.data_parallel_rank, data_parallel_rpc_port=args.data_parallel_rpc_port)
+                        data_parallel_rank=args.data_parallel_rank, data_parallel_rpc_port=args.data_parallel_rpc_port,
+                        all2all_backend=args.all2all_backend or "deepep_high_throughput")
     from vllmdiag_sim.vllm.entrypoints.openai import api_server
 
     if args.headless:

@@ -68,7 +68,13 @@ def start_dp_group(pc: ParallelConfig, ctx: Any) -> ParallelConfig:
     base = runtime.deployment_dir()
     if pc.external_dp and base is not None:
         runtime.write_json(base / RENDEZVOUS, {"ports": ports})
-    return dataclasses.replace(pc, dp_hub_ports=tuple(ports))
+    pc = dataclasses.replace(pc, dp_hub_ports=tuple(ports))
+    if pc.enable_expert_parallel:  # the EP group's MoE all2all (every DP x TP rank), the engines' DP group
+        ep, engines = collective.listen(0), collective.listen(0)
+        collective.Hub(ep, pc.data_parallel_size * pc.tensor_parallel_size).start()
+        collective.Hub(engines, pc.data_parallel_size).start()
+        pc = dataclasses.replace(pc, ep_hub_port=ep.getsockname()[1], dp_engine_hub_port=engines.getsockname()[1])
+    return pc
 
 
 RENDEZVOUS = "dp-rendezvous.json"

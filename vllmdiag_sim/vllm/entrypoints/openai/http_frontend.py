@@ -58,11 +58,21 @@ class ApiServer:
 
     def dispatch(self, outputs: list[dict[str, Any]]) -> None:
         for out in outputs:
+            if "start_wave" in out:  # a paused MoE DP engine got a request: wake the other DP ranks
+                self.start_dp_wave(int(out["start_wave"]), int(out["exclude"]))
+                continue
             self.generation_tokens_total += 1
             self.waiting.discard(out["request_id"])
             q = self.requests.get(out["request_id"])
             if q is not None:
                 q.put_nowait(out)
+
+    def start_dp_wave(self, wave: int, exclude: int) -> None:
+        if self.input_socket is None:
+            return
+        for identity in self.identities:
+            if int.from_bytes(identity, "little") != exclude:
+                self.input_socket.send_multipart([identity, b"\x02", json.dumps([wave, exclude]).encode()])
 
     def monitor_engines(self) -> None:
         # vLLM would shut the server down; the sim keeps serving (as with

@@ -28,7 +28,7 @@ from vllmdiag_sim.vllm.v1.executor.multiproc_executor import MultiprocExecutor
 from vllmdiag_sim.vllm.v1.executor.uniproc_executor import UniProcExecutor
 
 logger = logging.getLogger("vllm.v1.engine.core")
-REQUEST_TYPES = {b"\x00": "ADD", b"\x01": "ABORT"}
+REQUEST_TYPES = {b"\x00": "ADD", b"\x01": "ABORT", b"\x02": "START_DP_WAVE"}
 
 
 def _executor_class(pc: ParallelConfig) -> type[MultiprocExecutor]:
@@ -61,8 +61,10 @@ class EngineCoreProc:
                         output_addr: str | None, hub_sock: socket.socket | None) -> None:
         set_process_title(pc.engine_name(dp_rank))
         runtime.close_inherited_listeners([a for a in (input_addr, output_addr) if a])
+        # MoE with DP (here: expert parallel) steps every DP rank in lockstep (vLLM's DPEngineCoreProc).
+        engine_cls = DPEngineCoreProc if pc.enable_expert_parallel and pc.data_parallel_size > 1 else EngineCoreProc
         try:
-            engine = EngineCoreProc(pc, dp_rank, input_addr, output_addr, hub_sock)
+            engine = engine_cls(pc, dp_rank, input_addr, output_addr, hub_sock)
         except Exception:
             logger.exception("EngineCore failed to start.")
             raise
@@ -101,6 +103,7 @@ class EngineCoreProc:
             return []
         scheduler_output = self.scheduler.schedule()
         scheduler_output["sim_fault"] = self.faults.step_fault
+        scheduler_output["dp_sync"] = isinstance(self, DPEngineCoreProc)  # MoE DP: coordinate_batch_across_dp
         self.model_executor.execute_model(scheduler_output)
         return self.scheduler.update_from_output(scheduler_output)
 
@@ -143,3 +146,59 @@ class EngineCoreProc:
         while True:
             outputs = self.output_queue.get()
             sock.send(json.dumps(outputs).encode())
+
+
+class DPEngineCoreProc(EngineCoreProc):
+    """Mirror of vLLM 0.33's `DPEngineCoreProc` (MoE with DP): within a request wave every DP rank steps,
+    a rank without requests on a dummy batch, so the per-step DP sync and the MoE all2all always find
+    every rank; after each step the engines all-reduce whether any still has requests. A rank that got
+    a request while paused starts a wave; the front end relays START_DP_WAVE to the others (vLLM's
+    DP coordinator does that hop)."""
+
+    def __init__(self, pc: ParallelConfig, dp_rank: int, input_addr: str | None,
+                 output_addr: str | None, hub_sock: socket.socket | None) -> None:
+        from vllmdiag_sim import collective
+        from vllmdiag_sim.torch.distributed.distributed_c10d import StatelessProcessGroup
+
+        self.engines_running, self.current_wave = False, 0
+        self.dp_group = StatelessProcessGroup(collective.connect(pc.dp_engine_hub_port, dp_rank), dp_rank)
+        super().__init__(pc, dp_rank, input_addr, output_addr, hub_sock)
+
+    def _process_input_queue(self) -> None:
+        while not self.scheduler.has_requests() and not self.pending_steps and not self.engines_running:
+            self._handle_client_request(*self.input_queue.get())
+        while not self.input_queue.empty():
+            self._handle_client_request(*self.input_queue.get_nowait())
+
+    def _handle_client_request(self, kind: str, payload: Any) -> None:
+        if kind == "START_DP_WAVE":
+            new_wave, exclude = payload
+            if exclude != self.dp_rank and new_wave >= self.current_wave:
+                self.current_wave, self.engines_running = new_wave, True
+            return
+        if kind == "ADD" and not self.engines_running:
+            self.engines_running = True
+            self.output_queue.put([{"start_wave": self.current_wave, "exclude": self.dp_rank}])
+        super()._handle_client_request(kind, payload)
+
+    def run_busy_loop(self) -> None:
+        while True:
+            self._process_input_queue()
+            executed = self.scheduler.has_requests() or bool(self.pending_steps)
+            if executed:
+                self._process_engine_step()
+            local_unfinished_reqs = self.scheduler.has_requests()
+            if not executed:
+                if not local_unfinished_reqs and not self.engines_running:
+                    continue
+                self.execute_dummy_batch()
+            self.engines_running = self._has_global_unfinished_reqs(local_unfinished_reqs)
+            if not self.engines_running:
+                self.current_wave += 1  # wave finished: every engine pauses
+
+    def execute_dummy_batch(self) -> None:
+        assert isinstance(self.model_executor, MultiprocExecutor)
+        self.model_executor.execute_dummy_batch(self.faults.step_fault)
+
+    def _has_global_unfinished_reqs(self, local_unfinished: bool) -> bool:
+        return self.pc.sync_dp_state(self.dp_group, has_unfinished=local_unfinished)

@@ -36,6 +36,10 @@ class EngineFaults:
                 engine.pending_steps.append(("DP_STEP", None))
                 runtime.ack(f"fault-{spec['seq']}")
             return
+        if spec["fault"] == "ep-rank-odd":  # every DP rank's steps carry it: the EP rank may be on any
+            self.step_fault = spec
+            runtime.ack(f"fault-{spec['seq']}")
+            return
         if spec.get("dp", 0) != engine.dp_rank:
             return
         name = spec["fault"]

@@ -40,6 +40,9 @@ class WorkerProc:
         self.worker.init_device(hub_port)
         if pc.dp_hub_ports:  # the DP group of this TP rank: the same TP rank of every DP rank
             self.worker.init_dp_group(collective.connect(pc.dp_hub_ports[self.rank], dp_rank), dp_rank)
+        if pc.ep_hub_port:  # the EP group: every TP rank of every DP rank, EP rank = dp * TP + tp
+            ep_rank, ep_size = dp_rank * pc.tensor_parallel_size + self.rank, pc.data_parallel_size * pc.tensor_parallel_size
+            self.worker.init_ep_group(collective.connect(pc.ep_hub_port, ep_rank), ep_rank, ep_size)
         set_process_title("Worker", pc.worker_suffix(dp_rank, self.rank))
         self.rpc_broadcast_mq = MessageQueue.create_from_handle(rpc_handle, self._rpc_reader_rank(local_rank))
         self.worker_response_mq = self._make_response_mq()
@@ -224,6 +227,10 @@ class MultiprocExecutor:
     def output_rank_is_local(self) -> bool:
         return self.pc.first_local_rank <= self.output_rank < self.pc.first_local_rank + len(self.workers)
 
+
+    def execute_dummy_batch(self, sim_fault: dict[str, Any] | None = None) -> None:
+        self.collective_rpc("execute_dummy_batch", None, (), {"sim_fault": sim_fault},
+                            unique_reply_rank=self.output_rank, non_block=not self.output_rank_is_local())
 
     def execute_model(self, scheduler_output: dict[str, Any]) -> list[Any]:
         # The sim waits without the 300 s RPC deadline so a hang stays in place for diagnosis;

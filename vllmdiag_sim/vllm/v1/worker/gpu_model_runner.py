@@ -13,6 +13,7 @@ from vllmdiag_sim import runtime
 from vllmdiag_sim.torch._inductor.compile_fx import compile_fx
 from vllmdiag_sim.torch.cuda.streams import Event
 from vllmdiag_sim.vllm.distributed.device_communicators import pynccl_wrapper
+from vllmdiag_sim.vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
 from vllmdiag_sim.vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
 from vllmdiag_sim.vllm.sequence import IntermediateTensors
 
@@ -33,6 +34,8 @@ class GPUModelRunner:
         self.dp_comm: Any = None  # DP > 1: the socket of this TP rank's DP group
         self.dp_rank, self.dp_seq = 0, 0
         self.pp_rank, self.is_last_pp_rank = 0, True  # set by the Worker (PP > 1)
+        self.moe: MoERunner | None = None  # expert parallel: the MoE layer's all2all over the EP group
+        self.ep_rank = 0
 
     def execute_model(self, scheduler_output: dict[str, Any], intermediate_tensors: IntermediateTensors | None = None
                       ) -> dict[str, Any] | IntermediateTensors:
@@ -51,6 +54,8 @@ class GPUModelRunner:
         gather = targets_me(fault, "collective-mismatch", self.rank)
         hidden = self._model_forward(float(num_tokens), gather, STEP_SECONDS.get(str(name), runtime.STEP_INTERVAL_S),
                                      f"{name}-{self.rank}" if name in STEP_SECONDS else None)
+        if self.moe is not None:
+            hidden = self._moe_forward(hidden, fault)
         if not self.is_last_pp_rank:  # this stage's output is the next stage's input
             return IntermediateTensors({"hidden_states": hidden, "residual": num_tokens})
         if name == "uniform-sync":
@@ -58,11 +63,22 @@ class GPUModelRunner:
         return {"req_ids": list(scheduler_output.get("req_ids", [])), "step": scheduler_output.get("step"),
                 "sampled_token_ids": self._to_list([num_tokens])}
 
+    def _moe_forward(self, hidden: Any, fault: dict[str, Any] | None) -> Any:
+        assert self.moe is not None
+        stuck = f"ep-rank-odd-{self.ep_rank}" if targets_me(fault, "ep-rank-odd", self.ep_rank) else None
+        return self.moe.forward(hidden if isinstance(hidden, float) else 1.0, stuck)
+
+    def _dummy_run(self, num_tokens: int, sim_fault: dict[str, Any] | None = None) -> None:
+        """A DP rank without requests runs the model on a dummy batch so its peers' collectives (the DP
+        sync, the MoE all2all) find it (DPEngineCoreProc.execute_dummy_batch)."""
+        self.execute_model({"req_ids": [], "step": 0, "dp_sync": True, "sim_fault": sim_fault})
+
     def _dp_sync(self, num_tokens: int) -> None:
         from vllmdiag_sim.vllm.v1.worker.dp_utils import coordinate_batch_across_dp
 
         self.dp_seq += 1
-        runtime.ack(f"dp-sync-{self.dp_rank}-{self.rank}")
+        if self.moe is None:  # the dp shape syncs only for its fault; an EP rank syncs every step (no file per step)
+            runtime.ack(f"dp-sync-{self.dp_rank}-{self.rank}")
         coordinate_batch_across_dp(self.dp_comm, self.dp_rank, self.dp_seq, num_tokens)
 
     def _to_list(self, sampled_token_ids: list[int]) -> list[int]:

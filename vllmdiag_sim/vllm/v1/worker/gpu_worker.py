@@ -11,9 +11,13 @@ import socket
 from typing import Any
 
 from vllmdiag_sim import collective
+from vllmdiag_sim.deep_ep.buffer import Buffer
 from vllmdiag_sim.vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
 from vllmdiag_sim.vllm.distributed.device_communicators.pynccl_wrapper import NCCLLibrary
 from vllmdiag_sim.vllm.distributed.parallel_state import GroupCoordinator, init_model_parallel_group, init_pp_group
+from vllmdiag_sim.vllm.model_executor.layers.fused_moe.modular_kernel import FusedMoEModularKernel
+from vllmdiag_sim.vllm.model_executor.layers.fused_moe.prepare_finalize.deepep_ht import DeepEPHTPrepareAndFinalize
+from vllmdiag_sim.vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
 from vllmdiag_sim.vllm.sequence import IntermediateTensors
 from vllmdiag_sim.vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -38,6 +42,15 @@ class Worker:
 
     def init_dp_group(self, dp_comm: Any, dp_rank: int) -> None:
         self.model_runner.dp_comm, self.model_runner.dp_rank = dp_comm, dp_rank
+
+    def init_ep_group(self, ep_comm: socket.socket, ep_rank: int, ep_size: int) -> None:
+        """`--enable-expert-parallel --all2all-backend deepep_high_throughput`: the MoE layer's buffer."""
+        buffer = Buffer(ep_comm, ep_rank, ep_size)
+        self.model_runner.moe = MoERunner(FusedMoEModularKernel(DeepEPHTPrepareAndFinalize(buffer)))
+        self.model_runner.ep_rank = ep_rank
+
+    def execute_dummy_batch(self, sim_fault: dict[str, Any] | None = None) -> None:
+        self.model_runner._dummy_run(1, sim_fault)
 
     def execute_model(self, scheduler_output: dict[str, Any]) -> dict[str, Any] | None:
         intermediate_tensors = None
