@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -13,6 +12,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes._access import blind_reason
+from vllmdiag.probes._httpget import BadResponse, describe, request
 from vllmdiag.probes._procfs import read_cmdline, read_text, redact_argv
 from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.probes.endpoints import API_ROLES, http_port, scope
@@ -249,29 +249,15 @@ def probe_request(server: dict[str, Any], timeout_s: float) -> dict[str, Any]:
 def get(host: str, port: int, path: str, timeout_s: float, *, keep_body: bool = False,
         body: bytes | None = None) -> dict[str, Any]:
     start = time.monotonic()
-    conn = http.client.HTTPConnection(host, port, timeout=max(0.05, timeout_s))
     out: dict[str, Any] = {"path": path, "status": None, "error": None}
     try:
-        headers = {"Connection": "close", **({"Content-Type": "application/json"} if body else {})}
-        conn.request("POST" if body else "GET", path, body=body, headers=headers)
-        resp = conn.getresponse()
-        out["status"] = resp.status
-        data = b""
-        while len(data) < MAX_BODY and time.monotonic() - start < timeout_s:
-            chunk = resp.read(65536)
-            if not chunk:
-                break
-            data += chunk
-        if keep_body:
+        out["status"], data, cut = request(host, port, path, timeout_s, body=body, max_body=MAX_BODY)
+        if cut:  # the deadline ended the body: a cut /metrics would read as wrong counters, keep none
+            out["error"] = "timeout"
+        elif keep_body:
             out["body"] = data.decode("utf-8", "replace")
-    except ConnectionRefusedError:
-        out["error"] = "refused"
-    except TimeoutError:
-        out["error"] = "timeout"
-    except (OSError, http.client.HTTPException) as exc:
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
+    except (OSError, BadResponse) as exc:
+        out.update(describe(exc))
     out["latency_ms"] = round((time.monotonic() - start) * 1000, 1)
     return out
 
