@@ -175,3 +175,22 @@ def test_skip_reasons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (root / "sys/kernel/yama/ptrace_scope").write_text("0\n")
     assert probe.ptrace_block(Context(proc_root=root), {"pid": 1, "uid": os.geteuid()}) is None
     assert "uid" in (probe.ptrace_block(Context(proc_root=root), {"pid": 1, "uid": os.geteuid() + 1}) or "")
+
+
+def test_a_tight_budget_keeps_every_dump_and_names_the_ones_it_could_not_take(procs: Procs, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A confirm pass has 0.5-3 s; on a loaded node py-spy may not answer in it. The probe must hand back
+    one entry per target (a timeout says so) before the runner's watchdog fires, not lose them all
+    (it used to end its dumps exactly at the deadline: the watchdog won, and the pass had no stacks)."""
+    engine = procs.start("VLLM::EngineCore", "engine_waiting")
+    workers = [procs.start(f"VLLM::Worker_TP{i}", "all_reduce") for i in range(2)]
+    slow = tmp_path / "py-spy"  # py-spy on a node too loaded to answer in time
+    slow.write_text("#!/bin/sh\nexec sleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(probe, "find_py_spy", lambda: str(slow))
+    snap = collect(probes=["processes", "stacks"], options={"pids": [engine]}, budget_s=1.5, hard=False)
+    res = snap.probes["stacks"]
+    assert res.status == "partial", (res.status, res.reason)
+    dumped = {d["pid"]: d for d in res.data["dumps"]}
+    assert {engine, *workers} <= set(dumped)
+    assert all(dumped[p]["status"] == "timeout" and dumped[p]["reason"] for p in (engine, *workers))

@@ -30,6 +30,11 @@ SPEC = ProbeSpec(name="stacks", layer="gpu", description="py-spy stacks of every
 
 DUMP_TIMEOUT_S = 3.0
 STOPPED_TIMEOUT_S = 1.0  # T/D targets: a non-blocking read either answers at once or not at all
+# Every py-spy ends this long before the probe's deadline, so the probe returns what it read (and one
+# entry per target it could not read) before the runner's watchdog records it as a timeout with
+# nothing: a tight confirm pass on a loaded node used to lose every dump, the finished ones too.
+RESERVE_S = 0.2
+MIN_DUMP_S = 0.05
 MAX_FRAMES = 96
 DUMP_ROLES = ("api_server", "api_server_child", "engine_core", "worker", "dp_coordinator", "spawn_child", "llm_client")
 PTRACE_FIX = "run as root, add CAP_SYS_PTRACE, or kubectl debug --profile=general"
@@ -51,15 +56,16 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     if targets and len(blocked) == len(targets):
         raise Skip(next(iter(blocked.values())))
     mode = "native" if native else "nonblocking" if nonblocking else "blocking"
+    end = min(ctx.deadline, time.monotonic() + SPEC.timeout_s) - RESERVE_S  # the watchdog's limit, less the reserve
     # Measured on 2 cores, 9 targets: 1, 2 or 3 at once all take 0.12-0.17 s (py-spy is mostly process
     # start); more is slower. One per core keeps a slow or stuck target from delaying the others.
     workers = max(1, min(len(targets), os.cpu_count() or 2))
     start = time.monotonic()
     todo = [p for p in targets if p["pid"] not in blocked]
-    dumps = dump_trees(ctx, exe, todo, mode) if mode != "native" and not only else []
+    dumps = dump_trees(ctx, exe, todo, mode, end) if mode != "native" and not only else []
     done = {d["pid"] for d in dumps}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
-        dumps += list(pool.map(lambda p: dump_one(ctx, exe, p["pid"], mode), [p for p in todo if p["pid"] not in done]))
+        dumps += list(pool.map(lambda p: dump_one(ctx, exe, p["pid"], mode, end), [p for p in todo if p["pid"] not in done]))
     dumps += [{"pid": pid, "status": "skipped", "reason": why, "duration_s": 0.0} for pid, why in blocked.items()]
     data = {"py_spy": exe, "mode": mode, "concurrency": workers, "wall_s": round(time.monotonic() - start, 4),
             "dumps": sorted(dumps, key=lambda d: d["pid"])}
@@ -70,7 +76,8 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     return data
 
 
-def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str, end: float | None = None
+               ) -> list[dict[str, Any]]:
     """Fast path: one ``py-spy dump --subprocesses`` per process tree instead of one py-spy per
     process (measured on 2 cores, TP=8: 0.04-0.06 s for the tree vs 0.45-0.65 s one after another).
     Only when every target is running or sleeping: py-spy walks the tree one process at a time, so a
@@ -86,7 +93,10 @@ def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str)
     for root in roots:
         argv = [exe, "dump", "--subprocesses", "--pid", str(root)] + (["--nonblocking"] if mode == "nonblocking" else [])
         ours: set[int] = set()
-        res = ctx.run(argv, min(DUMP_TIMEOUT_S, max(0.2, ctx.remaining() - 1.0)), on_timeout=_tracing(ctx, pids, ours))
+        timeout = min(DUMP_TIMEOUT_S, max(0.2, ctx.remaining() - 1.0), time_left(ctx, end))
+        if timeout < MIN_DUMP_S:
+            break  # what is left goes to the per-process path, which records each target's timeout
+        res = ctx.run(argv, timeout, on_timeout=_tracing(ctx, pids, ours))
         for pid in ours:
             _undo_our_stop(ctx, pid, states[pid])
         if res.timed_out or res.error:  # a non-Python child makes py-spy exit non-zero; keep what it read
@@ -111,6 +121,12 @@ def _undo_our_stop(ctx: Context, pid: int, before: str | None) -> bool:
     if before in ("T", "t", None):
         return False
     return bool(resume_stopped([pid], ctx.proc_root))
+
+
+def time_left(ctx: Context, end: float | None = None) -> float:
+    """Seconds a py-spy may still take: until ``end`` (the probe's own limit or the run's budget, less
+    RESERVE_S to hand back its results), else until the run's deadline less RESERVE_S."""
+    return (ctx.deadline - RESERVE_S if end is None else end) - time.monotonic()
 
 
 def find_py_spy() -> str | None:
@@ -191,7 +207,7 @@ def proc_state(ctx: Context, pid: int) -> str | None:
     return str(stat["state"]) if stat else None
 
 
-def dump_one(ctx: Context, exe: str, pid: int, mode: str) -> dict[str, Any]:
+def dump_one(ctx: Context, exe: str, pid: int, mode: str, end: float | None = None) -> dict[str, Any]:
     before = proc_state(ctx, pid)
     out: dict[str, Any] = {"pid": pid, "state_before": before}
     if before is None or before in ("Z", "X"):
@@ -200,6 +216,10 @@ def dump_one(ctx: Context, exe: str, pid: int, mode: str) -> dict[str, Any]:
     argv, timeout = [exe, "dump", "--json", "--pid", str(pid)], DUMP_TIMEOUT_S
     if before in ("T", "t", "D"):
         mode, timeout = "nonblocking", STOPPED_TIMEOUT_S
+    timeout = min(timeout, time_left(ctx, end))
+    if timeout < MIN_DUMP_S:
+        return {**out, "status": "timeout", "duration_s": 0.0,
+                "reason": "not dumped: the run's time budget was spent on the other dumps"}
     if mode in ("native", "nonblocking"):
         argv.append(f"--{mode}")
     ours: list[bool] = []
