@@ -19,7 +19,7 @@ from typing import Any
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, find_deployments, role_of
 from vllmdiag.analysis.gpu import fold, moving_deployments, resampled_classes
-from vllmdiag.analysis.gpu_groups import SYNC, dp_ranks, stalled_deployments
+from vllmdiag.analysis.gpu_groups import RESTING, SYNC, dp_ranks, stalled_deployments
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
 from vllmdiag.stack_classes import IDLE
@@ -192,8 +192,14 @@ def _out_of_step(snap: Snapshot, world: World, by_dp: dict[int, list[dict[str, A
     confirmed = _held(waiter["pid"], others, again)
     if confirmed is False:
         return []  # the ranks moved on: a step in passing
-    waiter_dep = world.member_of(waiter["pid"])
-    window = stalled.get(waiter_dep.dep.id) if waiter_dep else None
+    # Nothing moved in the world while work was in flight (its members' confirm window).
+    window = max((stalled[m.dep.id] for m in world.members if m.dep.id in stalled), default=None)
+    if any((c := classes.get(p["pid"])) is not None and c.name not in RESTING for p in blamed.values()):
+        # A busy rank looked at twice 0.3 s apart may be a healthy MoE step's next layer (gpu_groups
+        # _busy): only the progress window (nothing moved) names it.
+        if not window:
+            return []
+        confirmed = None
     severity = "critical" if confirmed or window else "warning"
     culprits, parts = [], []
     for d, p in sorted(blamed.items()):
@@ -221,8 +227,7 @@ def _waits_for_unseen(snap: Snapshot, world: World, by_dp: dict[int, list[dict[s
     """Every rank here is in the DP sync: the one it waits for is elsewhere. Never blames a rank it did
     not see, never critical: a warning (once nothing moved) that says where to look."""
     waiter = _waiter(by_dp, in_sync, classes)
-    owner = world.member_of(waiter["pid"])
-    window = stalled.get(owner.dep.id) if owner else None
+    window = max((stalled[m.dep.id] for m in world.members if m.dep.id in stalled), default=None)
     msg = (f"{world.describe()}: DP rank(s) {_names(in_sync)} here wait in the per-step DP sync "
            f"({classes[waiter['pid']].where})" + (f", nothing moved for {window:.1f} s" if window else " (one sample)")
            + f"; the rank(s) they wait for, {_names(unseen)}, are not on this node: triage the node(s) running "

@@ -16,7 +16,7 @@ from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title
 from vllmdiag.analysis.gpu import fold, resampled_classes
 from vllmdiag.analysis.gpu_dp_world import Member, blame, membership, split
-from vllmdiag.analysis.gpu_groups import SYNC, dp_ranks
+from vllmdiag.analysis.gpu_groups import RESTING, SYNC, dp_ranks
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
 
@@ -72,6 +72,8 @@ def _compare(key: tuple[str, int, int], members: list[tuple[str, Member]], snaps
     held = _held(waiter["pid"], others, again)
     if held is False:
         return [], set(by_dp)
+    if any((c := classes.get(blame(ps, classes)["pid"])) is not None and c.name not in RESTING for ps in others.values()):
+        held = None  # a busy rank twice may be a healthy step's next layer (gpu_groups._busy): a warning only
     parts, culprits = [], []
     for d, p in sorted((d, blame(ps, classes)) for d, ps in others.items()):
         snap, m, real = origin[p["pid"]]
