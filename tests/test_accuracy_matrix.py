@@ -131,6 +131,9 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("pp", "healthy-load", 2, None): ("healthy", None, None),
     ("pp", "pp-stage-stuck", 2, 0): ("blocked", "gpu", "pp_stage"),
     ("pp", "straggler", 2, 1): ("blocked", "gpu", "worker"),
+    # a straggler in the last stage: stage 0 sent and went idle, nothing to pin on it
+    ("pp", "straggler", 2, 3): ("blocked", "gpu", "rank_pid"),
+    ("pp", "worker-stopped", 2, 1): ("blocked", "process", "rank_pid"),
     # external DP load balancing: two `vllm serve --data-parallel-rank r` (own API server and EngineCore_DP<r>
     # each) meeting only in the DP sync; rank = the DP rank that never joins it
     ("dp-external", "healthy", 2, None): ("healthy", None, None),
@@ -179,6 +182,8 @@ def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, 
         elif who == "ep_worker":  # the worker titled ..._EP{rank}, whichever DP rank it is on
             ok_culprit = bool(first) and first[0].role == "worker" and first[0].title.endswith(f"_EP{rank}") and any(
                 p["pid"] == first[0].pid and p["title"].endswith(f"_EP{rank}") for p in dep.processes)
+        elif who == "rank_pid":  # the worker of the sim's global rank (PP: pp * TP + tp), by pid
+            ok_culprit = bool(first) and first[0].role == "worker" and first[0].pid == dep.worker_pid(rank or 0)
         elif who == "pp_stage":
             ok_culprit = bool(first) and _blames_stage(first[0], dep, rank or 0)
         elif who == "dp_engine":

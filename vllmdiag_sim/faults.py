@@ -123,6 +123,8 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
     local = range(dep.node_rank * dep.tp // dep.nnodes, (dep.node_rank + 1) * dep.tp // dep.nnodes)
     if fault == "pp-stage-stuck":  # its rank is the stage that wedges
         rank = 0 if rank is None else rank
+    if dep.shape == "pp":  # a rank of any stage: the global rank pp * TP + tp
+        local = range(_shapes().world_size(dep))
     if dep.shape == "ray" and dep.nnodes > 1:  # the Ray driver's node steps every rank of the cluster
         local = range(dep.tp) if dep.node_rank == 0 else range(0)
     if fault == "ep-rank-odd":  # its rank is an EP rank (dp * TP + tp)
