@@ -167,6 +167,17 @@ def test_ranks_on_other_nodes_are_named_unseen_never_healthy_never_blamed() -> N
     assert rep.verdict.status == "healthy" or not rep.verdict.culprits  # unseen ranks are never blamed
 
 
+def test_a_split_inside_one_deployment_is_left_to_gpu_groups_but_unseen_ranks_are_said() -> None:
+    procs = rank_tree(100, 0, "-dp 4 -dpl 2 -dpr 0 -dpa 10.0.0.5", tp=1)
+    procs += [proc(110, 100, "engine_core", "VLLM::EngineCore_DP1", {"dp": 1}),
+              proc(111, 110, "worker", "VLLM::Worker_DP1", {"dp": 1})]
+    rep = analyze([snap(procs, {102: ENGINE_IDLE, 103: DP_SYNC, 110: ENGINE_IDLE, 111: IDLE}, {103: DP_SYNC})])
+    codes = [f.code for f in rep.findings if f.code.startswith("gpu.dp")]
+    assert "gpu.dp_out_of_step" in codes and "gpu.dp_world_out_of_step" not in codes
+    assert "gpu.dp_world_unseen_ranks" in codes
+    assert rep.verdict.culprits[0].pid == 110
+
+
 def test_second_look_includes_the_waiter_and_the_out_of_step_rank() -> None:
     assert {103, 202} <= set(resample_pids(external([IDLE, IDLE])))
 

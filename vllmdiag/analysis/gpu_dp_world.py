@@ -165,14 +165,18 @@ def _judge(snap: Snapshot, world: World, classes: dict[int, StackClass], again: 
     in_sync, others = split(by_dp, classes)
     if in_sync and any(m.dep.id in moving for m in world.members):
         return []  # tokens came out while we looked: a sync in passing
-    if in_sync and others:
+    if in_sync and others and len(world.members) == 1:
+        # One deployment holds every rank seen (hybrid LB, a node's share): gpu_groups compares them
+        # (gpu.dp_out_of_step); here only what it cannot say, that other ranks were not looked at.
+        in_sync = []
+    elif in_sync and others:
         return _out_of_step(snap, world, by_dp, in_sync, others, unseen, classes, again, stalled)
     if in_sync and unseen:
         return _waits_for_unseen(snap, world, by_dp, in_sync, unseen, classes, stalled)
     if not unseen:
         return []
     msg = (f"{world.describe()}: rank(s) {_names(unseen)} are not on this node (or not running), so they were "
-           f"not looked at and are not judged; rank(s) {_names(sorted(by_dp))} here are not waiting in the DP sync.")
+           f"not looked at and are not judged; rank(s) {_names(sorted(by_dp))} here were compared among themselves only.")
     return [finding("gpu.dp_world_unseen_ranks", LAYER, "info", snap, m.dep, msg, [], _evidence(world, by_dp, unseen), [])
             for m in world.members]
 
