@@ -36,14 +36,16 @@ def run_json(*args: str) -> tuple[int, dict[str, Any]]:
     return proc.returncode, json.loads(proc.stdout)
 
 
-@pytest.fixture(scope="module", params=["healthy", "straggler"])
+@pytest.fixture(scope="module", params=["healthy", "straggler", "uniform-collective"])
 def swept(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp(f"ray-{request.param}")
-    with two_node_ray(tmp, request.param, 3 if request.param == "straggler" else None) as deps:
+    # A uniform hang is only called after the engine's node watched its ranks not move (sweep --confirm).
+    confirm = ["--confirm", "4"] if request.param == "uniform-collective" else []
+    with two_node_ray(tmp, request.param, None if request.param == "healthy" else 3) as deps:
         for name, dep in zip(("gpu00", "gpu01"), deps, strict=True):
             (tmp / name).symlink_to(f"/proc/{ns_init_pid(dep.launcher_pid)}")
         rc, out = run_json("sweep", "gpu00,gpu01", "--exec", f"nsenter --pid={tmp}/%h/ns/pid --mount={tmp}/%h/ns/mnt --",
-                           "--remote-cmd", f"{sys.executable} -m vllmdiag", "--save", str(tmp / "saved"))
+                           "--remote-cmd", f"{sys.executable} -m vllmdiag", "--save", str(tmp / "saved"), *confirm)
     yield {"fault": request.param, "rc": rc, "out": out, "saved": tmp / "saved"}
 
 
@@ -58,6 +60,11 @@ def test_sweep_ties_node_b_workers_to_the_engine_and_judges_the_whole_group(swep
         assert (swept["rc"], v["status"]) == (0, "healthy"), v["summary"]
         return
     assert (swept["rc"], v["status"], v["layer"]) == (1, "blocked", "gpu"), v["summary"]
+    if swept["fault"] == "uniform-collective":  # every rank on both nodes in one all_reduce: the whole group
+        assert {f["node"] for f in out["findings"] if f["code"] == "fleet.uniform_hang"} == {"gpu00", "gpu01"}
+        assert [n["verdict"] for n in out["nodes"]] == ["blocked", "blocked"]
+        assert {c["rank"] for c in v["culprits"]} == {None} and "gpu01:TP[2-3]" in v["summary"], v["summary"]
+        return
     assert [(c["node"], c["rank"]) for c in v["culprits"]] == [("gpu01", 3)], v["culprits"]
     odd = [f for f in out["findings"] if f["code"] == "fleet.rank_straggler"]
     assert odd and odd[0]["evidence"]["waiting"] == "gpu00:TP[0-1],gpu01:TP2", odd

@@ -41,7 +41,7 @@ SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-ki
                 "offline-inproc": ("healthy", "healthy-load", "straggler", "worker-stopped", "worker-killed",
                                    "uniform-sync"),
                 # No worker-killed: the raylet reaps its actors at once (no zombie stays).
-                "ray": ("healthy", "healthy-load", "straggler", "collective-mismatch", "worker-stopped",
+                "ray": ("healthy", "healthy-load", "straggler", "collective-mismatch", "uniform-collective", "worker-stopped",
                         "worker-gone", "rpc-ring-full", "api-killed"),
                 # `vllm serve -dp N` with a DPCoordinator and the per-step DP sync of MoE models
                 "dp": ("healthy", "healthy-load", "dp-out-of-step", "straggler", "worker-stopped", "api-killed"),

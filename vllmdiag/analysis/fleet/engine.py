@@ -7,6 +7,7 @@ verdict is the worst node's, named by node + process + rank. Linear in the numbe
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from vllmdiag.analysis.fleet import groups as rank_groups
 from vllmdiag.analysis.fleet import ray as ray_groups
 from vllmdiag.analysis.fleet.collective import compare_across_nodes
 from vllmdiag.analysis.fleet.fold import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows
+from vllmdiag.analysis.fleet.uniform import uniform_across_nodes
 from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, NodeOutcome, Report, Snapshot, SnapshotError, Verdict
 
 STATUS_OF_FAILED = "inconclusive"
@@ -131,6 +133,15 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
             node.findings = [f for f in node.findings if not _defeated(f, m)]
             touched.add(m.node)
         cross = rank_groups.check(group, failed) + compare_across_nodes(group, snaps)
+        if group.key.startswith("ray:") and not any(f.severity != "info" for f in cross):
+            whole = uniform_across_nodes(group, snaps, {n: nodes[n].findings for n in group.nodes})
+            if whole is not None:  # replaces each share's suspicion; every node of the group is blocked by it
+                for m in group.members:
+                    nodes[m.node].findings = [f for f in nodes[m.node].findings
+                                              if not (f.deployment == m.deployment.id and f.code == "gpu.stall_suspected")]
+                    cross.append(dataclasses.replace(whole, node=m.node, deployment=m.deployment.id,
+                                                     evidence=dict(whole.evidence),
+                                                     culprits=[dataclasses.replace(c, node=m.node) for c in whole.culprits]))
         if any(f.severity != "info" for f in cross):
             # A node's share held the same way (its confirm window's "uniform hang") is the peers waiting
             # for the rank that is odd across nodes: that rank is the culprit, not the waiting share.
