@@ -130,6 +130,13 @@ def test_a_ring_unlinked_while_sampled_is_torn_down_not_leaked() -> None:
     assert queue_findings(snap) == []
 
 
+def test_a_zero_byte_segment_is_being_created_not_leaked() -> None:
+    snap = synthetic({"mapped_by": [], "stable_unread": [0, 0, 0, 0]})
+    seg = snap.data("shm")["segments"][0]
+    seg.update(mapped_by=[], size_bytes=0, allocated_bytes=0)  # shm_open done, ftruncate not yet
+    assert [f for f in queue_findings(snap) if f.code == "queue.shm_leaked"] == []
+
+
 # ---- saved-snapshot edits: the analysis is a pure function of the JSON -----------------------------
 def synthetic(ring: dict[str, Any], free: int = 20 << 30) -> Snapshot:
     procs = [{"pid": 100, "ppid": 1, "pgid": 100, "role": "engine_core", "title": "VLLM::EngineCore", "titled": True,

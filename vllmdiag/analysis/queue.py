@@ -228,6 +228,9 @@ def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingR
     out = []
     leaked = [s for s in shm.get("segments", []) if not s.get("mapped_by") and not s.get("mapped_by_other")
               and float(s.get("age_s") or 0) >= LEAK_MIN_AGE_S
+              # 0 bytes holds nothing, and is what a creator has between shm_open and ftruncate (a
+              # run starting beside ours): never a leak.
+              and int(s.get("size_bytes") or 0) > 0
               and (s.get("kind") in LEFTOVER_KINDS or (s.get("kind") == "psm" and s.get("name") in ring_names))]
     if leaked:
         leaked.sort(key=lambda s: -int(s.get("allocated_bytes") or 0))
