@@ -74,7 +74,9 @@ class World:
 
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     chosen = {d.id for d in deployments}
-    worlds = dp_worlds(find_deployments(snapshot) if deployments else [])
+    if not any(membership(d) for d in deployments):
+        return []  # no DP world member among them (the common case): no second deployment search
+    worlds = dp_worlds(find_deployments(snapshot))
     if not worlds:
         return []
     classes, again = classify_snapshot(snapshot), resampled_classes(snapshot)
@@ -282,10 +284,11 @@ def _names(ranks: list[int]) -> str:
 
 
 # ---- for the orchestrator's second look (analysis/second_look.py) ----------------------------------
-def resample_pids(snapshot: Snapshot, classes: dict[int, StackClass]) -> list[int]:
+def resample_pids(snapshot: Snapshot, classes: dict[int, StackClass], deployments: list[Deployment] | None = None
+                  ) -> list[int]:
     """The waiter and each out-of-step rank's blamed process of every split DP world."""
     pids: list[int] = []
-    for world in dp_worlds(find_deployments(snapshot)):
+    for world in dp_worlds(find_deployments(snapshot) if deployments is None else deployments):
         by_dp = dp_ranks([p for m in world.members for p in m.dep.processes])
         in_sync, others = split(by_dp, classes)
         if in_sync and others:

@@ -25,7 +25,7 @@ def resample_pids(snapshot: Snapshot) -> list[int]:
     deps = find_deployments(snapshot)
     pids = {pid for dep in deps if not wanted or dep.pids & wanted for pid in _resample_for(dep.processes, classes)}
     mine = set().union(*(d.pids for d in deps if not wanted or d.pids & wanted))
-    return sorted(pids | {p for p in dp_world_pids(snapshot, classes) if p in mine})
+    return sorted(pids | {p for p in dp_world_pids(snapshot, classes, deps) if p in mine})
 
 
 def _resample_for(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:
