@@ -236,3 +236,17 @@ def test_an_engine_whose_ranks_all_run_on_other_nodes_is_answered_by_the_sweep()
     assert not [f for f in rep.findings if f.code in ("process.workers_unseen", "process.engine_elsewhere")]
     ranks = sorted(p.ranks.get("tp") for d in rep.deployments for p in d.processes if p.role == "worker")
     assert ranks == [0, 1] and rep.verdict.status == "healthy", rep.verdict.summary
+
+
+def test_the_engine_node_blind_to_some_sockets_says_elsewhere_or_gone_is_unknown() -> None:
+    from vllmdiag.analysis.engine import analyze
+
+    a = synthetic(engine_stack=ENGINE_IDLE, b_stacks=(REMOTE_IDLE, REMOTE_IDLE))[0]
+    a.probes["sockets"].data["unreadable_pids"] = [22]
+    a.probes["sockets"].data["tcp"] = []  # nothing that proves a remote reader
+    rep = analyze([a])
+    codes = {f.code for f in rep.findings}
+    assert "process.ranks_elsewhere" in codes and "process.rank_missing" not in codes, codes
+    elsewhere = next(f for f in rep.findings if f.code == "process.ranks_elsewhere")
+    assert "could not be read" in elsewhere.message and rep.verdict.status != "healthy", elsewhere.message
+    assert not rep.verdict.culprits, rep.verdict.culprits  # its ranks wait in all_reduce: no uniform hang claimed

@@ -254,7 +254,8 @@ def _ray_links(snap: Snapshot, dep: Deployment, ray_workers: list[dict[str, Any]
         dep.ray["links_seen"] = False
         return
     tcp = [e for e in snap.data("sockets").get("tcp") or [] if isinstance(e, dict)]
-    dep.ray["links_seen"] = True
+    # A process whose fds could not be read hides its end of a connection: a local peer would look remote.
+    dep.ray["links_seen"] = not snap.data("sockets").get("unreadable_pids")
     dep.ray["remote_readers"] = [link for e in dep.engines for link in shapes.accepted_remote(tcp, e["pid"])]
     if dep.kind == "ray_node":
         dep.ray["links"] = {str(w["pid"]): shapes.remote_links(tcp, w["pid"]) for w in ray_workers}
