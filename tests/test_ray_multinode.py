@@ -180,10 +180,10 @@ def _snap(node: str, procs: list[dict[str, Any]], parents: list[dict[str, Any]],
 
 
 def synthetic(b_engine_addr: str = "10.0.0.1:5000", b_stacks: tuple[Any, Any] = (ALL_REDUCE, EXECUTING),
-              a_ranks: int = 2, engine_stack: Any = None) -> list[Any]:
+              a_ranks: int = 2, engine_stack: Any = None, sizes: str = "") -> list[Any]:
     """Node A: API server (TP=4, Ray), EngineCore listening on 10.0.0.1:5000 with two readers from 10.0.0.2,
     ranks 0-1 (Ray actors mapping the engine's ring). Node B: a raylet, ranks 2-3 connected to ``b_engine_addr``."""
-    api = _p(10, 1, "api_server", f"/usr/bin/python3 /usr/bin/vllm serve m -tp {a_ranks + 2} "
+    api = _p(10, 1, "api_server", f"/usr/bin/python3 /usr/bin/vllm serve m {sizes or f'-tp {a_ranks + 2}'} "
              "--distributed-executor-backend ray")
     engine = _p(11, 10, "engine_core", "VLLM::EngineCore")
     a_workers = [_p(21 + i, 20, "worker", "ray::RayWorkerProc.run", executor="ray") for i in range(a_ranks)]
@@ -250,3 +250,17 @@ def test_the_engine_node_blind_to_some_sockets_says_elsewhere_or_gone_is_unknown
     elsewhere = next(f for f in rep.findings if f.code == "process.ranks_elsewhere")
     assert "could not be read" in elsewhere.message and rep.verdict.status != "healthy", elsewhere.message
     assert not rep.verdict.culprits, rep.verdict.culprits  # its ranks wait in all_reduce: no uniform hang claimed
+
+
+def test_pipeline_stages_on_the_worker_node_get_vllm_global_ranks() -> None:
+    from vllmdiag.analysis.fleet.engine import analyze_fleet
+
+    rep = analyze_fleet(synthetic(engine_stack=ENGINE_IDLE, b_stacks=(REMOTE_IDLE, REMOTE_IDLE), sizes="-tp 2 -pp 2"))
+    b = sorted((p.ranks.get("pp"), p.ranks.get("tp")) for d in rep.deployments if d.node == "gpu01"
+               for p in d.processes if p.role == "worker")
+    assert b == [(1, 0), (1, 1)], b  # ranks 2-3 of PP=2 x TP=2: stage 1
+    from vllmdiag.analysis.engine import analyze
+
+    alone = analyze(synthetic(engine_stack=ENGINE_IDLE, b_stacks=(REMOTE_IDLE, REMOTE_IDLE), sizes="-tp 2 -pp 2")[:1])
+    elsewhere = [f for f in alone.findings if f.code == "process.ranks_elsewhere"]
+    assert elsewhere and elsewhere[0].evidence["world"] == 4 and alone.verdict.status != "healthy"

@@ -31,7 +31,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
         out += _orphans_and_missing_engine(snapshot, dep)
         out += _orphaned_engine(snapshot, dep) + _ray_workers(snapshot, dep) + _shape(snapshot, dep)
         out += _engine_elsewhere(snapshot, dep)
-        out += missing
+        out += missing + _stages_elsewhere(snapshot, dep, missing)
         out += _fd_pressure(snapshot, dep)
     return out
 
@@ -134,10 +134,24 @@ def _ranks_elsewhere(snap: Snapshot, dep: Deployment, size: int, local: int, rem
                "TCP connection(s) from other nodes on its listeners (its rpc queue's remote readers)")
     else:  # sockets unreadable: elsewhere or gone cannot be told apart from here
         why = "are not on this node, and its sockets could not be read to tell whether they run on other nodes"
-    msg = (f"{size - local} of TP={size} rank(s) {why}. Only ranks 0-{local - 1} were checked here; sweep the Ray "
+    msg = (f"{size - local} of {size} rank(s) {why}. Only ranks 0-{local - 1} were checked here; sweep the Ray "
            "cluster's nodes together (vllmdiag sweep) to check them all.")
     return finding("process.ranks_elsewhere", LAYER, "info", snap, dep, msg, [e["pid"] for e in dep.engines],
                    {"out_of_view": True, "local_ranks": local, "world": size, "remote_readers": remote}, [])
+
+
+def _stages_elsewhere(snap: Snapshot, dep: Deployment, missing: list[Finding]) -> list[Finding]:
+    """Whole pipeline stages placed on other nodes leave no gap in the TP groups seen here: count against
+    the world size (TP x PP) too."""
+    world = (dep.configured.get("tp") or 1) * (dep.configured.get("pp") or 1)
+    live = [w for w in dep.workers if w.get("state") not in ("Z", "X")]
+    remote = dep.ray.get("remote_readers") or []
+    if (dep.executor != "ray" or dep.kind == "ray_node" or not live or len(live) >= world
+            or any(f.code == "process.ranks_elsewhere" for f in missing)):
+        return []
+    if not remote and dep.ray.get("links_seen") is not False:
+        return []  # no sign of other nodes: the per-group check above speaks for what is missing
+    return [_ranks_elsewhere(snap, dep, world, len(live), remote)]
 
 
 def _engine_elsewhere(snap: Snapshot, dep: Deployment) -> list[Finding]:

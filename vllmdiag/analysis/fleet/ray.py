@@ -76,13 +76,16 @@ def _one(hits: list[tuple[str, Deployment]], node: str) -> tuple[str, Deployment
 
 def _global_ranks(group: RankGroup) -> None:
     """Renumber each worker node's Ray workers after the ranks of the nodes before it."""
-    offset = len(group.members[0].deployment.workers)
+    head = group.members[0].deployment
+    offset = len(head.workers)
+    tp, pp = head.configured.get("tp") or 0, head.configured.get("pp") or 1
     sure = len(group.members) == 2
     for m in group.members[1:]:
         workers = sorted(m.deployment.workers, key=lambda w: (int(w.get("ray_local_rank", 1 << 20)), w["pid"]))
         for local, w in enumerate(workers):
-            w["ranks"] = {"tp": offset + local}
-            w["name"] = f"Worker_TP{offset + local}"
+            rank = offset + local  # vLLM's global rank: pp * TP + tp (build_actor_name)
+            w["ranks"] = {"tp": rank % tp, "pp": rank // tp} if pp > 1 and tp else {"tp": rank}
+            w["name"] = "Worker" + "".join(f"_{k.upper()}{v}" for k, v in sorted(w["ranks"].items(), reverse=True))
             w["rank_source"] = ("after the engine node's ranks (Ray places the driver's node first)" if sure else
                                 "unsure: Ray orders nodes after the driver's by node id, not seen here")
         offset += len(workers)
