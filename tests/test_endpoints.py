@@ -180,3 +180,22 @@ def test_a_silent_tcp_listener_of_a_process_whose_zmq_answered_is_not_looked_at_
         assert got == b""
     finally:
         silent.close()
+
+
+def test_a_silent_ipc_listener_gets_the_whole_first_look(zctx: zmq.Context, tmp_path: Path) -> None:
+    """vLLM's ipc sockets are all ZMQ: a silent one is never cut short because its process greeted
+    elsewhere (only TCP, where torch's TCPStore and NCCL listen, is)."""
+    router = zctx.socket(zmq.ROUTER)
+    router.bind(f"ipc://{tmp_path / str(uuid.uuid4())}")
+    path = tmp_path / str(uuid.uuid4())
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(path))
+    silent.listen(4)
+    try:
+        data = _collect(tmp_path, [_proc(os.getpid(), "engine_core")])
+        z = {r["endpoint"]: r for r in data["zmtp"]}
+        mine = z[f"ipc://{path}"]
+        assert any(r["status"] == "ok" for r in z.values())
+        assert mine["status"] == "timeout" and "cut_short" not in mine
+    finally:
+        silent.close()

@@ -227,8 +227,8 @@ def _prompt_pids(targets: list[tuple[str, str, list[int], str]], results: list[d
 def _round(pool: ThreadPoolExecutor, targets: list[tuple[str, str, list[int], str]], want_s: float,
            budget_s: float, cut_short: bool = False) -> list[dict[str, Any]]:
     """One parallel round; the per-endpoint wait shrinks so that every round fits budget_s. With
-    ``cut_short``, the looks run side by side and a silent one ends once every process holding it has
-    greeted promptly on another socket (the rule of _prompt_pids, applied while waiting, so a healthy
+    ``cut_short``, the looks run side by side and a silent TCP one ends once every process holding it
+    has greeted promptly on another socket (the rule of _prompt_pids, applied while waiting, so a healthy
     EngineCore's TCPStore listener no longer holds the round for the whole first look)."""
     rounds = -(-len(targets) // min(16, len(targets)))
     per = max(0.05, min(want_s, budget_s / rounds))
@@ -244,7 +244,10 @@ def _round(pool: ThreadPoolExecutor, targets: list[tuple[str, str, list[int], st
                 "so this silent listener is not ZMQ (a TCPStore, gloo or NCCL socket)")
 
     def look(t: tuple[str, str, list[int], str]) -> dict[str, Any]:
-        r = _zmtp.check(t[0], per, fs_root=t[1], give_up=(lambda w: give_up(t[2], w)) if cut_short else None)
+        # TCP only: torch's TCPStore, gloo and NCCL listen on TCP; vLLM's ipc sockets are all ZMQ, so a
+        # silent one gets the whole look (and its info finding) as before.
+        early = cut_short and t[0].startswith("tcp://")
+        r = _zmtp.check(t[0], per, fs_root=t[1], give_up=(lambda w: give_up(t[2], w)) if early else None)
         if r["status"] == "ok" and float(r.get("latency_ms") or 0.0) < want_s * 500:
             with lock:
                 for pid in t[2]:
