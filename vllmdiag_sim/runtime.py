@@ -27,12 +27,34 @@ STEP_INTERVAL_S = 0.03
 
 
 def free_port() -> int:
-    """A TCP port free on loopback now (the kernel's pick; a race with another binder is unlikely)."""
+    """A TCP port free on loopback now, for a listener started a moment later.
+
+    Taken below the kernel's ephemeral range (ip_local_port_range): a port from that range can be
+    handed to someone's outgoing connection between our pick and the server's bind (seen: EADDRINUSE
+    with many loopback connections), a port below it only to another explicit binder."""
+    import random
     import socket
 
-    with socket.socket() as s:
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(64):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded range: the kernel's pick, as before
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def deployment_dir() -> Path | None:

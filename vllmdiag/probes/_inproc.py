@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from vllmdiag.probes._procfs import readlink
+
 # A compiled extension directly in a `vllm` package directory (or its flash-attention subpackage).
 EXTENSION = re.compile(r"/vllm/(?:vllm_flash_attn/)?_[A-Za-z0-9_]*\.(?:abi3\.|cpython-[^/]*\.)?so$")
 PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*[a-z]?$")
@@ -87,11 +89,8 @@ def gpu_device_fds(fd_dir: Path) -> list[str] | None:
         return None
     out: set[str] = set()
     for name in names:
-        try:
-            target = os.readlink(fd_dir / name)
-        except OSError:
-            continue
-        if target.startswith("/dev/nvidia"):
+        target = readlink(f"{fd_dir}/{name}")
+        if target and target.startswith("/dev/nvidia"):
             out.add(target)
     return sorted(out)[:16]
 
