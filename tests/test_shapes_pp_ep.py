@@ -168,15 +168,16 @@ def test_a_busy_ep_rank_seen_twice_is_not_a_hang_without_the_progress_window() -
 def test_with_the_default_backend_the_dispatch_frame_names_the_step_and_ranks_in_other_collectives_are_waiters() -> None:
     """vLLM 0.33's allgather_reducescatter dispatch is an all_gatherv over the DP group: EP1 waits there
     for EP3; EP0 and EP2 got through and wait in their TP all_reduce for their TP peers. Only EP3,
-    outside any collective, is blamed by the EP finding. (The TP comparison of DP0 still reports EP1's
-    all_gatherv as a mismatch with EP0's all_reduce, first in the verdict: a known limit of the default
-    backend's picture, which a real host rarely shows since NCCL calls return at once.)"""
+    outside any collective, is blamed by the EP finding, and is the verdict's first culprit: the TP
+    comparison of DP0 does not read EP1's all_gatherv (its EP group's) as a mismatch with EP0's all_reduce."""
     argv = "python3 /usr/bin/vllm serve m -tp 2 -dp 2 --enable-expert-parallel"
     picture = {"DP0_TP0_EP0": ALL_REDUCE, "DP0_TP1_EP1": AGRS_DISPATCH, "DP1_TP0_EP2": ALL_REDUCE, "DP1_TP1_EP3": ROUTER}
     rep = judged(*(_snap(picture, t, argv, dp=2) for t in (0.0, 4.0)))
     f = next(f for f in rep.findings if f.code == "gpu.ep_rank_odd")
     assert f.evidence["op"] == "moe_dispatch" and set(f.pids) == pids_of(rep, "DP1_TP1_EP3")
     assert pids_of(rep, "DP1_TP1_EP3") <= {c.pid for c in rep.verdict.culprits}
+    assert rep.verdict.culprits[0].pid in pids_of(rep, "DP1_TP1_EP3")
+    assert not [f for f in rep.findings if f.code == "gpu.collective_mismatch"]
 
 
 def test_every_ep_rank_in_the_same_step_names_no_rank() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from vllmdiag.analysis import nvml_pids
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, role_of
+from vllmdiag.analysis.moe_step import ep_op
 from vllmdiag.analysis.resample import held, resampled_classes
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
@@ -113,6 +114,12 @@ def compare_group(members: dict[int, dict[str, Any]], classes: dict[int, StackCl
             res.odd.append(OddRank(rank, proc["pid"], "mismatch" if c.name == COLLECTIVE else "straggler", c))
     if any(o.cls is not None and o.cls.name in LONG_PHASE for o in res.odd):
         return None  # a rank compiling (or capturing graphs) arrives when done: never a straggler for it
+    in_moe = {ep_op(c) is not None for c in by_rank.values() if c is not None and c.name == COLLECTIVE}
+    if len(in_moe) > 1:
+        # Some ranks wait in the MoE all2all of their EP group (with vLLM's default backend an
+        # all_gatherv over DP x TP), others in a TP collective: two groups, no TP mismatch. The EP
+        # comparison (gpu_groups) names who the EP group waits for.
+        return None
     # The waiters must be the majority, or face a single rank (TP=2): otherwise no rank is "the odd one".
     return res if res.odd and (len(res.waiting) > len(res.odd) or len(res.odd) == 1) else None
 

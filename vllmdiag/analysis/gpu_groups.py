@@ -26,6 +26,7 @@ from vllmdiag.analysis.gpu import (
     rank_name,
     resampled_classes,
 )
+from vllmdiag.analysis.moe_step import ep_op
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.stack_classes import COLLECTIVE, DP_SYNC, ENGINE_DP_SYNC, ENGINE_IDLE, IDLE
@@ -33,7 +34,6 @@ from vllmdiag.stack_classes import COLLECTIVE, DP_SYNC, ENGINE_DP_SYNC, ENGINE_I
 LAYER = "gpu"
 CODES = ("gpu.dp_out_of_step", "gpu.ep_rank_odd", "gpu.pp_stage_stuck")
 SYNC = (DP_SYNC, ENGINE_DP_SYNC)
-EP_OPS = ("moe_dispatch", "moe_combine")  # stack_rules.yaml ops of the MoE all2all
 LIVE = ("Z", "X")
 
 
@@ -174,25 +174,6 @@ def _dp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
 
 
 # ---- expert parallel ---------------------------------------------------------------------------
-# The MoE all2all step each frame stands for. DeepEP's buffer frames carry it as the rules' op; vLLM
-# 0.33's default backend (allgather_reducescatter, which "naive" and "pplx" now fall back to) runs an
-# all_gatherv / reduce_scatterv underneath, so its innermost op says nothing of MoE: the matched
-# dispatch/combine frame does.
-EP_STEP = {"dispatch": "moe_dispatch", "low_latency_dispatch": "moe_dispatch", "_do_dispatch": "moe_dispatch",
-           "dispatch_router_logits": "moe_dispatch", "prepare": "moe_dispatch", "prepare_async": "moe_dispatch",
-           "combine": "moe_combine", "low_latency_combine": "moe_combine", "combine_into_output": "moe_combine",
-           "finalize": "moe_combine", "_finalize": "moe_combine", "finalize_async": "moe_combine"}
-
-
-def ep_op(c: StackClass | None) -> str | None:
-    if c is None or c.name != COLLECTIVE:
-        return None
-    if c.op in EP_OPS:
-        return c.op
-    funcs = [kf.split(" ", 1)[0].rsplit(".", 1)[-1] for kf in c.key_frames]
-    return next((EP_STEP[f] for f in funcs if f in EP_STEP), None)
-
-
 def ep_groups(procs: list[dict[str, Any]]) -> dict[tuple[int, int], dict[int, dict[str, Any]]]:
     """EP rank -> worker, per EP group: vLLM builds one per (PP stage, PCP rank) across DP x TP."""
     out: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
