@@ -24,6 +24,9 @@ from vllmdiag.titles import parse_cmdline
     (["vllm", "serve", "m"], "api_server", {}),
     (["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], "api_server", {}),
     (["timeout", "20", "python", "/x/vllm", "serve", "m"], None, {}),
+    (["python", "-m", "vllm.entrypoints.cli.main", "serve", "m"], "api_server", {}),
+    (["python", "-m", "vllm.entrypoints.cli.main", "bench", "latency", "--model", "m"], None, {}),  # LLM() inside
+    (["vllm", "bench", "throughput", "--model", "m"], None, {}),
     (["python", "-c", "from multiprocessing.resource_tracker import main;main(13)"], "resource_tracker", {}),
     (["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)",
       "--multiprocessing-fork"], "spawn_child", {}),

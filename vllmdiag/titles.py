@@ -99,6 +99,8 @@ def _is_api_server(args: list[str]) -> bool:
         base = arg.rsplit("/", 1)[-1]
         if base == "vllm" and i + 1 < len(args) and args[i + 1] in ("serve", "run-batch"):
             return True
+        if arg == "vllm.entrypoints.cli.main":  # the `vllm` script's module: `bench`, `chat`... are clients
+            return i + 1 < len(args) and args[i + 1] in ("serve", "run-batch")
         if arg.startswith("vllm.entrypoints"):
             return True
     return False
