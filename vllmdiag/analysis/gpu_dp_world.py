@@ -19,10 +19,9 @@ from typing import Any
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title, find_deployments, role_of
 from vllmdiag.analysis.gpu import fold, moving_deployments, resampled_classes
-from vllmdiag.analysis.gpu_groups import RESTING, SYNC, dp_ranks, stalled_deployments
+from vllmdiag.analysis.gpu_groups import RESTING, SYNC, dp_blame, dp_held, dp_ranks, stalled_deployments
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.stack_classes import IDLE
 
 LAYER = "gpu"
 CODES = ("gpu.dp_world_out_of_step", "gpu.dp_world_unseen_ranks")
@@ -194,8 +193,8 @@ def _out_of_step(snap: Snapshot, world: World, by_dp: dict[int, list[dict[str, A
                  others: dict[int, list[dict[str, Any]]], unseen: list[int], classes: dict[int, StackClass],
                  again: dict[int, StackClass], stalled: dict[str, float]) -> list[Finding]:
     waiter = _waiter(by_dp, in_sync, classes)
-    blamed = {d: blame(ps, classes) for d, ps in others.items()}
-    confirmed = _held(waiter["pid"], others, again)
+    blamed = {d: dp_blame(ps, classes) for d, ps in others.items()}
+    confirmed = dp_held(waiter["pid"], others, again)
     if confirmed is False:
         return []  # the ranks moved on: a step in passing
     # Nothing moved in the world while work was in flight (its members' confirm window).
@@ -248,29 +247,6 @@ def _waiter(by_dp: dict[int, list[dict[str, Any]]], in_sync: list[int], classes:
     return next(p for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)
 
 
-def blame(ps: list[dict[str, Any]], classes: dict[int, StackClass]) -> dict[str, Any]:
-    """Where an out-of-step DP rank is: its first worker that is not idle, else its EngineCore."""
-    busy = [p for p in ps if role_of(p) == "worker" and (c := classes.get(p["pid"])) is not None and c.name != IDLE]
-    engines = [p for p in ps if role_of(p) == "engine_core"]
-    return (busy or engines or ps)[0]
-
-
-def _held(waiter: int, others: dict[int, list[dict[str, Any]]], again: dict[int, StackClass]) -> bool | None:
-    """A later look still finds the waiter in the sync and every other rank outside it."""
-    first = again.get(waiter)
-    if first is None:
-        return None
-    if first.name not in SYNC:
-        return False
-    verdicts = []
-    for ps in others.values():
-        looks = [again[p["pid"]] for p in ps if p["pid"] in again]
-        verdicts.append(None if not looks else not any(c.name in SYNC for c in looks))
-    if any(v is False for v in verdicts):
-        return False
-    return True if all(verdicts) else None
-
-
 def _evidence(world: World, by_dp: dict[int, list[dict[str, Any]]], unseen: list[int]) -> dict[str, Any]:
     address, port, size = world.key
     members = [{"deployment": m.dep.id, "root_pid": m.dep.root_pid, "ranks": m.ranks, "mode": m.mode, "from": m.source,
@@ -292,5 +268,5 @@ def resample_pids(snapshot: Snapshot, classes: dict[int, StackClass], deployment
         by_dp = dp_ranks([p for m in world.members for p in m.dep.processes])
         in_sync, others = split(by_dp, classes)
         if in_sync and others:
-            pids += [_waiter(by_dp, in_sync, classes)["pid"], *[blame(ps, classes)["pid"] for ps in others.values()]]
+            pids += [_waiter(by_dp, in_sync, classes)["pid"], *[dp_blame(ps, classes)["pid"] for ps in others.values()]]
     return sorted(set(pids))

@@ -120,7 +120,7 @@ def dp_split(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> tup
     return sorted(in_sync), others
 
 
-def _dp_held(waiter: int, others: dict[int, list[dict[str, Any]]], again: dict[int, StackClass]) -> bool | None:
+def dp_held(waiter: int, others: dict[int, list[dict[str, Any]]], again: dict[int, StackClass]) -> bool | None:
     """The split held when a later look still finds the waiter in the DP sync and each other DP rank
     still outside it (any of its processes looked at again, none in the sync; where exactly an idle
     or busy rank sits may change, that it stays out is what blocks the others)."""
@@ -138,7 +138,7 @@ def _dp_held(waiter: int, others: dict[int, list[dict[str, Any]]], again: dict[i
     return True if all(verdicts) else None
 
 
-def _dp_blame(ps: list[dict[str, Any]], classes: dict[int, StackClass]) -> dict[str, Any]:
+def dp_blame(ps: list[dict[str, Any]], classes: dict[int, StackClass]) -> dict[str, Any]:
     """Where an out-of-step DP rank is: its first worker that is not idle, else its EngineCore."""
     busy = [p for p in ps if role_of(p) == "worker" and (c := classes.get(p["pid"])) is not None and c.name != IDLE]
     engines = [p for p in ps if role_of(p) == "engine_core"]
@@ -151,8 +151,8 @@ def _dp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
         return []
     by_dp = dp_ranks(dep.processes)
     waiter = next(p for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)
-    blamed = {d: _dp_blame(ps, classes) for d, ps in others.items()}
-    confirmed = _dp_held(waiter["pid"], others, again)
+    blamed = {d: dp_blame(ps, classes) for d, ps in others.items()}
+    confirmed = dp_held(waiter["pid"], others, again)
     if confirmed is False:
         return []  # the ranks moved on: a step in passing
     confirmed, needs_progress = _needs_progress(confirmed, [p["pid"] for p in blamed.values()], classes)
@@ -347,7 +347,7 @@ def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
     if in_sync:
         by_dp = dp_ranks(procs)
         pids += [next(p["pid"] for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)]
-        pids += [_dp_blame(ps, classes)["pid"] for ps in others.values()]
+        pids += [dp_blame(ps, classes)["pid"] for ps in others.values()]
     groups = [*((m, ep_compare) for m in ep_groups(procs).values()),
               *((m, compare_group) for m in ray_groups(procs).values())]
     for members, compare in groups:

@@ -15,8 +15,8 @@ from typing import Any
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title
 from vllmdiag.analysis.gpu import fold, resampled_classes
-from vllmdiag.analysis.gpu_dp_world import Member, blame, membership, split
-from vllmdiag.analysis.gpu_groups import RESTING, SYNC, dp_ranks
+from vllmdiag.analysis.gpu_dp_world import Member, membership, split
+from vllmdiag.analysis.gpu_groups import RESTING, SYNC, dp_blame, dp_held, dp_ranks
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
 
@@ -69,13 +69,13 @@ def _compare(key: tuple[str, int, int], members: list[tuple[str, Member]], snaps
     if not (in_sync and others):
         return [], set(by_dp)
     waiter = next(p for d in in_sync for p in by_dp[d] if (c := classes.get(p["pid"])) and c.name in SYNC)
-    held = _held(waiter["pid"], others, again)
+    held = dp_held(waiter["pid"], others, again)
     if held is False:
         return [], set(by_dp)
-    if any((c := classes.get(blame(ps, classes)["pid"])) is not None and c.name not in RESTING for ps in others.values()):
+    if any((c := classes.get(dp_blame(ps, classes)["pid"])) is not None and c.name not in RESTING for ps in others.values()):
         held = None  # a busy rank twice may be a healthy step's next layer (gpu_groups._busy): a warning only
     parts, culprits = [], []
-    for d, p in sorted((d, blame(ps, classes)) for d, ps in others.items()):
+    for d, p in sorted((d, dp_blame(ps, classes)) for d, ps in others.items()):
         snap, m, real = origin[p["pid"]]
         c = classes.get(p["pid"])
         what = f"{c.label} in {c.where}" if c else "no stack"
@@ -97,15 +97,3 @@ def _compare(key: tuple[str, int, int], members: list[tuple[str, Member]], snaps
         out.append(finding("fleet.dp_world_out_of_step", "gpu", "critical" if held else "warning", snap, m.dep, msg,
                            mine, ev, culprits))
     return out, set(by_dp)
-
-
-def _held(waiter: int, others: dict[int, list[dict[str, Any]]], again: dict[int, StackClass]) -> bool | None:
-    first = again.get(waiter)
-    if first is None:
-        return None
-    if first.name not in SYNC:
-        return False
-    looks = [[again[p["pid"]] for p in ps if p["pid"] in again] for ps in others.values()]
-    if any(any(c.name in SYNC for c in seen) for seen in looks):
-        return False
-    return True if all(looks) else None
