@@ -7,10 +7,11 @@ triage stores them; each case is also checked through a JSON round trip (what `a
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
-from vllmdiag.analysis.engine import Report, analyze
+from judged import judged
+
+from vllmdiag.analysis.engine import Report
 from vllmdiag.model import ProbeResult, Snapshot
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -63,14 +64,6 @@ def snapshot(workers: list[list[Any]], engine: list[Any], at_s: float,
               "stacks": ProbeResult("ok", 0.1, None, {"dumps": dumps}),
               "http": ProbeResult("ok", 0.1, None, {"servers": [{"pids": [100], "metrics": metrics}], "sample_gap_s": 0.2})}
     return Snapshot("n1", (T0 + dt.timedelta(seconds=at_s)).isoformat(), "", 0.5, probes)
-
-
-def judged(first: Snapshot, *later: Snapshot) -> Report:
-    first.passes = list(later)
-    live = analyze([first])
-    offline = analyze([Snapshot.from_dict(json.loads(json.dumps(first.to_dict())))])
-    assert offline.verdict.to_dict() == live.verdict.to_dict(), "analyze of the saved snapshot must agree"
-    return live
 
 
 def codes(rep: Report) -> dict[str, Any]:

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from judged import judged
 
 from vllmdiag.analysis.deployments import find_deployments
-from vllmdiag.analysis.engine import Report, analyze
+from vllmdiag.analysis.engine import analyze
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probes import _inproc
 
@@ -121,14 +122,6 @@ def snapshot(procs: list[dict[str, Any]], chain: list[tuple[str, str]] | None, a
     if nvml is not None:
         probes["nvml"] = ProbeResult("ok", 0.1, None, nvml)
     return Snapshot("n1", (T0 + dt.timedelta(seconds=at_s)).isoformat(), "", 0.5, probes)
-
-
-def judged(first: Snapshot, *later: Snapshot) -> Report:
-    first.passes = list(later)
-    live = analyze([first])
-    offline = analyze([Snapshot.from_dict(json.loads(json.dumps(first.to_dict())))])
-    assert offline.verdict.to_dict() == live.verdict.to_dict(), "analyze of the saved snapshot must agree"
-    return live
 
 
 @pytest.mark.parametrize("evidence", [

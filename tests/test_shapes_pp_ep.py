@@ -7,11 +7,11 @@ accuracy matrix (tests/test_accuracy_matrix.py)."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 from typing import Any
 
 import pytest
+from judged import judged
 
 from vllmdiag.analysis.engine import Report, analyze
 from vllmdiag.model import ProbeResult, Snapshot
@@ -76,14 +76,6 @@ def _snap(workers: dict[str, list[tuple[str, str]]], at_s: float, argv: str, dp:
               "stacks": ProbeResult("ok", 0.1, None, {"dumps": dumps}),
               "http": ProbeResult("ok", 0.1, None, {"servers": [{"pids": [10], "metrics": metrics}], "sample_gap_s": 0.2})}
     return Snapshot("n1", (T0 + dt.timedelta(seconds=at_s)).isoformat(), "", 0.5, probes)
-
-
-def judged(first: Snapshot, *later: Snapshot) -> Report:
-    first.passes = list(later)
-    live = analyze([first])
-    offline = analyze([Snapshot.from_dict(json.loads(json.dumps(first.to_dict())))])
-    assert offline.verdict.to_dict() == live.verdict.to_dict(), "analyze of the saved snapshot must agree"
-    return live
 
 
 def pids_of(rep: Report, prefix: str) -> set[int]:
