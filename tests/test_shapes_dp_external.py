@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_shapes import ENGINE_IDLE, IDLE, frames  # one picture of vLLM's idle stacks
 
 from vllmdiag.analysis.deployments import find_deployments
 from vllmdiag.analysis.engine import analyze
@@ -18,16 +19,6 @@ from vllmdiag.analysis.gpu_dp_world import dp_worlds, membership, parse_dp_args
 from vllmdiag.analysis.second_look import resample_pids
 from vllmdiag.model import ProbeResult, Snapshot
 
-
-def frames(*chain: tuple[str, str]) -> list[dict[str, Any]]:
-    return [{"name": "MainThread", "frames": [[f, file, 1] for f, file in chain]}]
-
-
-IDLE = frames(("poll", "zmq/sugar/poll.py"), ("acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py"),
-              ("dequeue", "vllm/distributed/device_communicators/shm_broadcast.py"),
-              ("worker_busy_loop", "vllm/v1/executor/multiproc_executor.py"))
-ENGINE_IDLE = frames(("wait", "threading.py"), ("get", "queue.py"), ("_process_input_queue", "vllm/v1/engine/core.py"),
-                     ("run_busy_loop", "vllm/v1/engine/core.py"))
 EXECUTING = frames(("_prepare_inputs", "vllm/v1/worker/gpu_model_runner.py"),
                    ("execute_model", "vllm/v1/worker/gpu_model_runner.py"))
 DP_SYNC = frames(("all_reduce", "torch/distributed/distributed_c10d.py"), ("_run_ar", "vllm/v1/worker/dp_utils.py"),
