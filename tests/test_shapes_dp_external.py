@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_shapes import ENGINE_IDLE, IDLE, frames  # one picture of vLLM's idle stacks
+from test_shapes import DP_SYNC, ENGINE_IDLE, EXECUTING, IDLE  # one picture of vLLM's stacks
 
 from vllmdiag.analysis.deployments import find_deployments
 from vllmdiag.analysis.engine import analyze
@@ -19,12 +19,6 @@ from vllmdiag.analysis.gpu_dp_world import dp_worlds, membership, parse_dp_args
 from vllmdiag.analysis.second_look import resample_pids
 from vllmdiag.model import ProbeResult, Snapshot
 
-EXECUTING = frames(("_prepare_inputs", "vllm/v1/worker/gpu_model_runner.py"),
-                   ("execute_model", "vllm/v1/worker/gpu_model_runner.py"))
-DP_SYNC = frames(("all_reduce", "torch/distributed/distributed_c10d.py"), ("_run_ar", "vllm/v1/worker/dp_utils.py"),
-                 ("_synchronize_dp_ranks", "vllm/v1/worker/dp_utils.py"),
-                 ("coordinate_batch_across_dp", "vllm/v1/worker/dp_utils.py"),
-                 ("execute_model", "vllm/v1/worker/gpu_model_runner.py"))
 API = "/usr/bin/python3 /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V2-Lite -tp 2"
 EXTERNAL = "--data-parallel-size 2 --data-parallel-address 10.0.0.5 --data-parallel-rpc-port 13345"
 
