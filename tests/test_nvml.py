@@ -60,3 +60,40 @@ def test_real_nvml_without_a_gpu_is_skipped(monkeypatch: pytest.MonkeyPatch) -> 
 def test_parse_child_tolerates_a_cut_line() -> None:
     text = '{"meta":{"count":2}}\n{"begin":0}\n{"gpu":{"index":0}}\n{"begin":1}\n{"gpu":{"ind'
     assert nvml.parse_child(text) == {"gpus": [{"index": 0}], "count": 2, "hung_gpu": 1}
+
+
+def test_no_driver_in_sight_skips_without_starting_the_child(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No /proc/driver/nvidia and no device node: the probe says so and starts nothing (no interpreter
+    to learn it, no chance for NVIDIA's libraries to run nvidia-modprobe on a node we only look at)."""
+    monkeypatch.delenv("VLLMDIAG_FAKE_NVML", raising=False)
+    monkeypatch.setattr(nvml, "DRIVER_DEVICES", (str(tmp_path / "nvidiactl"), str(tmp_path / "dxg")))
+    ctx = Context(proc_root=tmp_path / "proc")
+    started: list[object] = []
+    monkeypatch.setattr(ctx, "run", lambda *a, **k: started.append(a))
+    with pytest.raises(Skip, match="no NVIDIA GPU or driver here.*NVML not started"):
+        nvml.collect(ctx)
+    assert not started
+
+
+@pytest.mark.parametrize("sign", ["proc", "device"])
+def test_any_driver_sign_starts_the_child(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sign: str) -> None:
+    """A loaded module (/proc/driver/nvidia) or a device node alone is enough to ask NVML itself."""
+    monkeypatch.delenv("VLLMDIAG_FAKE_NVML", raising=False)
+    devices = (str(tmp_path / "nvidiactl"), str(tmp_path / "dxg"))
+    monkeypatch.setattr(nvml, "DRIVER_DEVICES", devices)
+    (tmp_path / "proc").mkdir()
+    if sign == "proc":
+        (tmp_path / "proc" / "driver" / "nvidia").mkdir(parents=True)
+    else:
+        Path(devices[0]).write_text("")
+    ctx = Context(proc_root=tmp_path / "proc")
+    started: list[list[str]] = []
+
+    def run(argv: list[str], *args: object, **kwargs: object) -> object:
+        started.append(argv)
+        raise RuntimeError("child started")
+
+    monkeypatch.setattr(ctx, "run", run)
+    with pytest.raises(RuntimeError, match="child started"):
+        nvml.collect(ctx)
+    assert started and started[0][-1] == "vllmdiag.probes._nvml_child"

@@ -12,6 +12,7 @@ each GPU's device node, so analysis (``analysis/nvml_pids.py``) can map honestly
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -22,9 +23,25 @@ from vllmdiag.probes import _gpu_fds
 SPEC = ProbeSpec(name="nvml", layer="gpu", description="per-GPU NVML: util, power, memory, ECC, Xid, compute pids",
                  timeout_s=5.0)
 CHILD_TIMEOUT_S = 3.0
+# NVML reaches the kernel module through /dev/nvidiactl (WSL2: /dev/dxg); a loaded module shows in
+# /proc/driver/nvidia (the container toolkit mounts both into a GPU pod). With none of them there is
+# no driver NVML could reach: starting the child would cost a whole interpreter (~65 ms CPU, a fifth
+# of a triage on 2 cores) only to learn that, and NVIDIA's libraries may run nvidia-modprobe to load
+# the module and create device nodes, which is not ours to do on a node we only look at.
+DRIVER_DEVICES = ("/dev/nvidiactl", "/dev/dxg")
+
+
+def driver_visible(ctx: Context) -> bool:
+    """Whether any sign of an NVIDIA driver is here (or a test's fake NVML, which stands in for it)."""
+    if os.environ.get("VLLMDIAG_FAKE_NVML"):
+        return True
+    return ctx.proc("driver", "nvidia").exists() or any(os.path.exists(d) for d in DRIVER_DEVICES)
 
 
 def collect(ctx: Context) -> dict[str, Any] | Partial:
+    if not driver_visible(ctx):
+        raise Skip(f"NVML unavailable (no NVIDIA GPU or driver here: no {ctx.proc('driver', 'nvidia')}, "
+                   f"{' or '.join(DRIVER_DEVICES)}); NVML not started")
     timeout = float(ctx.options.get("nvml_timeout_s") or CHILD_TIMEOUT_S)
     res = ctx.run([sys.executable, "-m", "vllmdiag.probes._nvml_child"], timeout)
     if res.error:
