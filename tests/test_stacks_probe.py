@@ -92,7 +92,11 @@ def test_parse_dump_is_compact(shared_data: Path) -> None:
 
 
 @needs_py_spy
-def test_dumps_a_deployment_in_parallel_limited_to_its_tree(procs: Procs) -> None:
+@pytest.mark.parametrize("cores", [2, 8])
+def test_dumps_a_deployment_in_parallel_limited_to_its_tree(procs: Procs, cores: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Few cores: one tree dump (least CPU); with cores to spare, one py-spy per process side by side."""
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)  # the forked collector inherits it
     engine = procs.start("VLLM::EngineCore", "engine_waiting")
     workers = [procs.start(f"VLLM::Worker_TP{i}", "all_reduce") for i in range(3)]
     other = procs.start("VLLM::Worker_TP0", "idle", session=True)  # another deployment: own session and pgid
@@ -103,7 +107,10 @@ def test_dumps_a_deployment_in_parallel_limited_to_its_tree(procs: Procs) -> Non
     # Workers whose tree does not reach their engine rejoin it by process group (orphans do that).
     assert {engine, *workers} <= set(dumped) and other not in dumped
     assert all(dumped[p]["status"] == "ok" and dumped[p]["state_after"] in ("S", "R") for p in workers)
-    assert snap.probes["stacks"].data["concurrency"] >= 1
+    assert res.data["concurrency"] == min(cores, len(dumped))
+    vias = {str(dumped[p].get("via")) for p in (engine, *workers)}
+    # (what a tree dump misses goes to the single dumps, so few cores may show both)
+    assert any(v.startswith("tree:") for v in vias) if cores < probe.PARALLEL_MIN_CORES else vias == {"None"}
 
 
 @needs_py_spy

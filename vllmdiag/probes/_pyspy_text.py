@@ -1,9 +1,9 @@
 """Parse ``py-spy dump --subprocesses`` text output (pure).
 
 ``--json`` cannot be combined with ``--subprocesses`` (py-spy 0.4 prints only the root process as
-JSON), yet one py-spy for a whole TP=8 tree costs about a tenth of one py-spy per process, because
-starting py-spy is most of its cost. So the fast path reads the text form, which has been stable
-since py-spy 0.3:
+JSON), yet on a machine with few cores one py-spy for a whole tree costs less CPU than one py-spy
+per process (probes/stacks.py has the numbers). So that path reads the text form, which has been
+stable since py-spy 0.3:
 
     Process 123: VLLM::EngineCore
     Python v3.11.7 (/usr/bin/python3.11)

@@ -36,6 +36,8 @@ STOPPED_TIMEOUT_S = 1.0  # T/D targets: a non-blocking read either answers at on
 RESERVE_S = 0.2
 MIN_DUMP_S = 0.05
 MAX_FRAMES = 96
+MAX_PARALLEL = 16  # py-spy processes at once however many cores (each ptrace-stops its target)
+PARALLEL_MIN_CORES = 4  # below this, one tree dump (see collect)
 DUMP_ROLES = ("api_server", "api_server_child", "engine_core", "worker", "dp_coordinator", "spawn_child", "llm_client")
 PTRACE_FIX = "run as root, add CAP_SYS_PTRACE, or kubectl debug --profile=general"
 CAP_SYS_PTRACE = 19
@@ -57,12 +59,18 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
         raise Skip(next(iter(blocked.values())))
     mode = "native" if native else "nonblocking" if nonblocking else "blocking"
     end = min(ctx.deadline, time.monotonic() + SPEC.timeout_s) - RESERVE_S  # the watchdog's limit, less the reserve
-    # Measured on 2 cores, 9 targets: 1, 2 or 3 at once all take 0.12-0.17 s (py-spy is mostly process
-    # start); more is slower. One per core keeps a slow or stuck target from delaying the others.
-    workers = max(1, min(len(targets), os.cpu_count() or 2))
+    # One py-spy per process, one per core at once: a slow or stuck target holds only its own slot.
+    cores = os.cpu_count() or 1
+    workers = max(1, min(len(targets), cores, MAX_PARALLEL))
     start = time.monotonic()
     todo = [p for p in targets if p["pid"] not in blocked]
-    dumps = dump_trees(ctx, exe, todo, mode, end) if mode != "native" and not only else []
+    # Few cores: one `dump --subprocesses` per tree instead. Measured on 2 cores, healthy simulated TP=8
+    # (10 processes, py-spy 0.4): one dump after another 0.12-0.16 s wall / 0.14 s CPU, two at a time
+    # 0.06 s / 0.14 s, the tree 0.10 s / 0.10 s. Inside a triage the two cores are busy with the other
+    # probes, so the tree's lower CPU wins there (same wall, ~40 ms less CPU). It walks the processes
+    # one at a time, though: with cores to spare, single dumps side by side finish far sooner.
+    tree = mode != "native" and not only and cores < PARALLEL_MIN_CORES
+    dumps = dump_trees(ctx, exe, todo, mode, end) if tree else []
     done = {d["pid"] for d in dumps}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
         dumps += list(pool.map(lambda p: dump_one(ctx, exe, p["pid"], mode, end), [p for p in todo if p["pid"] not in done]))
@@ -78,10 +86,10 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
 
 def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str, end: float | None = None
                ) -> list[dict[str, Any]]:
-    """Fast path: one ``py-spy dump --subprocesses`` per process tree instead of one py-spy per
-    process (measured on 2 cores, TP=8: 0.04-0.06 s for the tree vs 0.45-0.65 s one after another).
-    Only when every target is running or sleeping: py-spy walks the tree one process at a time, so a
-    stopped or D-state member would stall the rest; those, and anything the tree dump missed or
+    """Few cores: one ``py-spy dump --subprocesses`` per process tree instead of one py-spy per
+    process (less CPU: one process start, see collect). Only when every target is running or
+    sleeping: py-spy walks the tree one process at a time, so a stopped or D-state member would
+    stall the rest; those, and anything the tree dump missed or
     timed out on, go to the per-process path (which has the per-target deadlines)."""
     states = {p["pid"]: proc_state(ctx, p["pid"]) for p in targets}
     if not targets or any(st not in ("R", "S", "I") for st in states.values()):
