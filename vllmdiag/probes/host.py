@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import socket
 from typing import Any
 
@@ -19,8 +18,8 @@ SPEC = ProbeSpec(name="host", layer="host", description="hostname, kernel, conta
 def collect(ctx: Context) -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
+        "kernel": os.uname().release,  # what platform.release() reads, without its 2 ms import
+        "machine": os.uname().machine,
         "cpu_count": os.cpu_count(),
         "mem_total_bytes": _meminfo(ctx, "MemTotal"),
         "mem_available_bytes": _meminfo(ctx, "MemAvailable"),
