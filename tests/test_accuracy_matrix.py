@@ -32,7 +32,9 @@ EXPECT: dict[str, tuple[str, str | None, str | None]] = {
 # Faults whose TP sizes differ from TPS (TP=1 runs the model in the EngineCore: no group, no workers).
 FAULT_TPS: dict[str, tuple[int, ...]] = {"uniform-collective": (2, 4, 8), "uniform-sync": (1, 2, 4, 8),
                                          "long-step": (1, 2, 4, 8), "healthy-slow": (1, 2, 4, 8), "compiling": (2, 4, 8),
-                                         "init-odd-rank": (2, 4, 8)}
+                                         "init-odd-rank": (2, 4, 8),
+                                         # structured output: the grammar thread lives in the EngineCore at any TP
+                                         "grammar-stuck": (1, 2, 4), "grammar-load": (1, 2)}
 CONFIRM_S = 5.0  # the confirm window of every case (from triage start): a stall must hold 3 s to be a block
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full", "straggler",
           "collective-mismatch", "compiling", "init-odd-rank"}

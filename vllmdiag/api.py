@@ -94,9 +94,12 @@ def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, starte
     if not (confirm_s > 0 and roots and (probes is None or "stacks" in probes or "rings" in probes or "http" in probes)):
         return False
     from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
+    from vllmdiag.analysis.queue_grammar import stalled_engines
 
     def still(s: Snapshot) -> bool:
-        return any(is_stalled(p) for p in deployment_progress(all_passes(s)) if p.deployment_id in roots.values())
+        # A held grammar compile steps empty batches, so its rings move: it asks to keep watching itself.
+        return any(is_stalled(p) for p in deployment_progress(all_passes(s)) if p.deployment_id in roots.values()) \
+            or stalled_engines(s, set(roots.values()))
 
     confirm.watch(snap, sorted(roots), confirm_s, still, collect, dict(options or {}), ctx, on_confirm, started, probes)
     return True

@@ -27,6 +27,10 @@ WRITER_BLOCKED_FULL_RING = "writer_blocked_full_ring"
 ENGINE_WAITING_WORKERS = "engine_waiting_workers"
 ENGINE_BUSY = "engine_busy"
 ENGINE_IDLE = "engine_idle"
+# Structured output (vLLM 0.33 vllm/v1/structured_output/): a request's grammar compiling on the
+# StructuredOutputManager's thread pool, and the per-step token bitmask filled on the busy loop.
+GRAMMAR_COMPILE = "grammar_compile"
+GRAMMAR_BITMASK = "grammar_bitmask"
 # Working or waiting for work.
 EXECUTING = "executing"
 IDLE = "idle"
@@ -35,4 +39,5 @@ UNKNOWN = "unknown"  # no rule matched (not in the rules: the classifier's own a
 
 ALL = frozenset({COLLECTIVE, SYNC_POINT, DP_SYNC, ENGINE_DP_SYNC, NCCL_INIT, COMPILING, WAIT_UNTIL_READY, WAIT_FOR_READY,
                  HANDSHAKE, INIT_DEVICE, LOAD_MODEL, WARMUP, ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING,
-                 ENGINE_WAITING_WORKERS, ENGINE_BUSY, ENGINE_IDLE, EXECUTING, IDLE, API_IDLE, UNKNOWN})
+                 ENGINE_WAITING_WORKERS, ENGINE_BUSY, ENGINE_IDLE, GRAMMAR_COMPILE, GRAMMAR_BITMASK, EXECUTING, IDLE,
+                 API_IDLE, UNKNOWN})

@@ -49,6 +49,10 @@ FAULTS: dict[str, str] = {
     "dp-out-of-step": "DP>1: every DP rank but one waits in the per-step DP sync; that one never comes (#28224)",
     "pp-stage-stuck": "PP>1: every TP rank of stage --rank (default 0) wedged in its all_reduce; the next stage waits in recv",
     "ep-rank-odd": "EP: EP rank --rank (default the last) stops before the MoE dispatch; its EP peers wait in dispatch",
+    "grammar-stuck": "a request's JSON schema (nested oneOf) never finishes compiling on the EngineCore's grammar "
+                     "thread; the request waits, empty steps go on (#54003, #14151)",
+    "grammar-load": "back-to-back requests with a JSON schema that compiles in about a second, nothing else: "
+                    "requests wait while it compiles, then stream (healthy)",
 }
 START_FAULTS = {"shm-small", "init-odd-rank"}  # in place from launch; `inject` cannot add them later
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
@@ -81,11 +85,13 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "dp-out-of-step": ("blocked", "gpu", "engine_core"),  # the EngineCore of the DP rank that never came
     "pp-stage-stuck": ("blocked", "gpu", "pp_stage"),  # the upstream stage, never the stage waiting in recv
     "ep-rank-odd": ("blocked", "gpu", "ep_worker"),  # the EP rank out of the all2all (titled ..._EP{rank})
+    "grammar-stuck": ("blocked", "queue", "engine_core"),  # the EngineCore holding the grammar thread
+    "grammar-load": ("healthy", None, None),  # compiles seen, and finished: no false alarm
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
 NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled", "long-step", "healthy-slow",
-              "api-killed"}
+              "api-killed", "grammar-stuck", "grammar-load"}
 NEEDS_GROUP = {"uniform-collective", "init-odd-rank"}  # a collective needs peers: TP=1 skips it entirely
 SETTLE_S = 0.3  # after the culprit acks, give its peers time to reach their own waits
 TIMEOUT_S = 20.0
@@ -226,6 +232,13 @@ def _client_stalled(dep: Deployment, rank: int) -> None:
     wait_for(lambda: send_q_bytes(dep.http_port or 0, port) > 4096, "the API server's Send-Q to grow")
 
 
+def _grammar_load(dep: Deployment, rank: int | None) -> None:
+    # triage looks while the second compile runs: one compile finished and streamed before it, this
+    # one is caught in the act (held across the resample, requests waiting) and finishes in the window
+    _with_client(dep, "schema-load", "client-schema-load")
+    wait_for(lambda: ack_exists(dep, "grammar-compiling-2"), "the second grammar compile")
+
+
 def send_q_bytes(local_port: int, peer_port: int) -> int:
     """tx_queue of the server-side TCP socket local_port -> peer_port (/proc/net/tcp)."""
     with open("/proc/net/tcp") as f:
@@ -263,6 +276,8 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "dp-out-of-step": lambda d, r: _shapes().wait_dp_sync(d, r),
     "pp-stage-stuck": lambda d, r: _hang_with_request(d, f"pp-stage-stuck-{r * d.tp}"),
     "ep-rank-odd": lambda d, r: _hang_with_request(d, f"ep-rank-odd-{r}"),
+    "grammar-stuck": lambda d, r: _with_client(d, "schema-stuck", "grammar-compiling-1"),
+    "grammar-load": _grammar_load,
 }
 
 

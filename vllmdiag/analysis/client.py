@@ -95,7 +95,13 @@ def _engines_waiting_below(snap: Snapshot, engines: list[dict[str, Any]]) -> boo
     waiting = (ENGINE_WAITING_WORKERS, ENGINE_BLOCKED_FULL_RING,
                # TP=1 (UniProcExecutor): the EngineCore runs the model step itself (vllm-internals 5.4)
                SYNC_POINT, COLLECTIVE, EXECUTING, COMPILING)
-    return bool(engines) and all((c := classes.get(e["pid"])) is not None and c.name in waiting for e in engines)
+    if bool(engines) and all((c := classes.get(e["pid"])) is not None and c.name in waiting for e in engines):
+        return True
+    # A request whose grammar is not compiled yet waits by design (WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR):
+    # whether that is a compile or a stall is queue_grammar's call, from the grammar thread's frame over time.
+    from vllmdiag.analysis.queue_grammar import engines_in_grammar
+
+    return engines_in_grammar(snap, engines)
 
 
 def _health(snap: Snapshot, dep: Deployment, server: dict[str, Any]) -> list[Finding]:

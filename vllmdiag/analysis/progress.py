@@ -26,6 +26,8 @@ from vllmdiag.stack_classes import (
     ENGINE_BUSY,
     ENGINE_WAITING_WORKERS,
     EXECUTING,
+    GRAMMAR_BITMASK,
+    GRAMMAR_COMPILE,
     NCCL_INIT,
     SYNC_POINT,
     WRITER_BLOCKED_FULL_RING,
@@ -36,8 +38,10 @@ from vllmdiag.stack_classes import (
 HELD_S = 3.0
 COUNTERS = ("generation_tokens", "prompt_tokens", "steps", "requests_finished")
 # Stack classes that mean the process is inside a step (or a startup phase that must finish).
+# A grammar compile or bitmask fill is work for a request too (queue_grammar judges it).
 STEP_CLASSES = (COLLECTIVE, SYNC_POINT, EXECUTING, COMPILING, ENGINE_WAITING_WORKERS,
-                ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING, ENGINE_BUSY, NCCL_INIT)
+                ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING, ENGINE_BUSY, NCCL_INIT, GRAMMAR_COMPILE,
+                GRAMMAR_BITMASK)
 COMPUTE_ROLES = ("engine_core", "worker")
 Observation = tuple[StackClass, tuple[Any, ...], str | None]  # class, stop signature, call site
 

@@ -1,6 +1,7 @@
 """Which processes the orchestrator looks at twice (vllmdiag/confirm.py): odd ranks plus one waiter per
-group, a lone busy rank, DP/EP/PP/Ray group outliers, EngineCores busy while all their workers idle --
-each a hang if it holds, normal in passing. Pure: the choice is analysis, the second look is collection.
+group, a lone busy rank, DP/EP/PP/Ray group outliers, EngineCores busy while all their workers idle,
+EngineCores compiling a grammar -- each a hang if it holds, normal in passing. Pure: the choice is
+analysis, the second look is collection.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from vllmdiag.analysis.gpu import compare_group, tp_groups
 from vllmdiag.analysis.gpu_dp_world import resample_pids as dp_world_pids  # DP ranks split over deployments
 from vllmdiag.analysis.gpu_groups import resample_pids as group_pids  # DP/EP/PP, Ray workers
 from vllmdiag.analysis.gpu_lone import resample_pids as lone_pids
+from vllmdiag.analysis.queue_grammar import resample_pids as grammar_pids  # an EngineCore compiling a grammar
 from vllmdiag.analysis.stacks import StackClass, classify_snapshot
 from vllmdiag.model import Snapshot
 from vllmdiag.stack_classes import ENGINE_BUSY, IDLE
@@ -25,6 +27,7 @@ def resample_pids(snapshot: Snapshot) -> list[int]:
     deps = find_deployments(snapshot)
     pids = {pid for dep in deps if not wanted or dep.pids & wanted for pid in _resample_for(dep.processes, classes)}
     mine = set().union(*(d.pids for d in deps if not wanted or d.pids & wanted))
+    pids |= set(grammar_pids(snapshot, [d for d in deps if not wanted or d.pids & wanted]))
     return sorted(pids | {p for p in dp_world_pids(snapshot, classes, deps) if p in mine})
 
 

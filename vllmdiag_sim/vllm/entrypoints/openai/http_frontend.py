@@ -150,7 +150,11 @@ class ApiServer:
         self.prompt_tokens_total += len(str(req.get("prompt", "")).split())
         finished = False
         try:
-            self.send_to_engine(b"\x00", {"request_id": rid, "max_tokens": int(req.get("max_tokens", 16))})
+            add: dict[str, Any] = {"request_id": rid, "max_tokens": int(req.get("max_tokens", 16))}
+            fmt = req.get("response_format") or {}
+            if isinstance(fmt, dict) and fmt.get("type") == "json_schema":  # vLLM: structured_outputs.json
+                add["structured_outputs"] = {"json": json.dumps((fmt.get("json_schema") or {}).get("schema") or {})}
+            self.send_to_engine(b"\x00", add)
             if req.get("stream"):
                 await stream_response(writer, rid, self.model, q)
             else:

@@ -26,6 +26,7 @@ from vllmdiag_sim.vllm.v1.core.sched.scheduler import Scheduler
 from vllmdiag_sim.vllm.v1.engine.sim_faults import EngineFaults
 from vllmdiag_sim.vllm.v1.executor.multiproc_executor import MultiprocExecutor
 from vllmdiag_sim.vllm.v1.executor.uniproc_executor import UniProcExecutor
+from vllmdiag_sim.vllm.v1.structured_output import StructuredOutputManager
 
 logger = logging.getLogger("vllm.v1.engine.core")
 REQUEST_TYPES = {b"\x00": "ADD", b"\x01": "ABORT", b"\x02": "START_DP_WAVE"}
@@ -46,6 +47,7 @@ class EngineCoreProc:
         self.pc, self.dp_rank = pc, dp_rank
         self.input_queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.output_queue: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+        self.structured_output_manager = StructuredOutputManager()
         self.scheduler = Scheduler()
         self.model_executor: MultiprocExecutor | UniProcExecutor = (
             _executor_class(pc)(pc, dp_rank, hub_sock) if pc.uses_multiproc_executor else UniProcExecutor())
@@ -134,11 +136,20 @@ class EngineCoreProc:
 
     def _decode_input(self, kind: str, frames: list[bytes]) -> None:
         if kind == "client" and frames[0] in REQUEST_TYPES:
-            self.input_queue.put((REQUEST_TYPES[frames[0]], json.loads(frames[1])))
+            payload = json.loads(frames[1])
+            if REQUEST_TYPES[frames[0]] == "ADD":
+                payload = self.preprocess_add_request(payload)
+            self.input_queue.put((REQUEST_TYPES[frames[0]], payload))
         elif kind == "kick":
             self.input_queue.put(("KICK", None))
         elif kind == "relay" and frames != [b"READY"]:
             self.input_queue.put(("RELAY", pickle.loads(frames[0], buffers=frames[1:])))
+
+    def preprocess_add_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        # vLLM 0.33 runs this on the input thread: grammar_init only submits the compile to the pool
+        if request.get("structured_outputs"):
+            self.structured_output_manager.grammar_init(request)
+        return request
 
     def process_output_sockets(self, output_addr: str) -> None:
         ctx = zmq.Context()

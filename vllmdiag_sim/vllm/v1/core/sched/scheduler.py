@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from vllmdiag_sim import runtime
+from vllmdiag_sim.vllm.v1.structured_output import is_grammar_ready
 
 
 class Scheduler:
@@ -29,9 +30,13 @@ class Scheduler:
     def schedule(self) -> dict[str, Any]:
         if self.stuck and self.has_requests():
             self._update_waiting_for_remote_kv()
-        for req in self.waiting:
-            self.running[req["request_id"]] = req
-        self.waiting = []
+        # vLLM's _handle_blocked_waiting_request: a request whose grammar is still compiling stays
+        # WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR; the step goes on without it (an empty batch if alone).
+        ready = [is_grammar_ready(req) for req in self.waiting]
+        for req, ok in zip(self.waiting, ready, strict=True):
+            if ok:
+                self.running[req["request_id"]] = req
+        self.waiting = [req for req, ok in zip(self.waiting, ready, strict=True) if not ok]
         self.step_no += 1
         return {"req_ids": list(self.running), "step": self.step_no}
 

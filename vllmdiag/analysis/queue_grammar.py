@@ -1,0 +1,175 @@
+"""Queue layer, structured output: a grammar that never finishes compiling (or filling) holds requests (pure).
+
+vLLM 0.33 compiles a request's grammar off the busy loop: the input thread's ``preprocess_add_request``
+calls ``StructuredOutputManager.grammar_init`` (vllm/v1/structured_output/__init__.py), which submits
+``_create_grammar`` -> ``<Backend>.compile_grammar`` to a ThreadPoolExecutor ("ThreadPoolExecutor-N_M"
+in a py-spy dump). Until the Future is done the request stays ``WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR``
+(Scheduler._handle_blocked_waiting_request skips it). JSON, grammar and structural-tag compiles have no
+timeout (#54003; regexes do, utils.compile_regex_with_timeout) and a cancelled request does not stop
+the pool thread (#14151): one thread at 100 % CPU for hours while /health says 200.
+
+What a stalled grammar does NOT stop: the busy loop. ``EngineCore.step`` calls ``execute_model`` on
+every pass while any request exists, scheduled or not (core.py ``step``; ``_process_engine_step`` only
+sleeps 1 ms between empty steps), so at TP>1 the rpc ring keeps moving with empty batches and the
+progress rules see "moved". Only the request counters and the grammar thread's own frame say
+whether anything got done, so this module judges those. The per-step bitmask
+(``Scheduler.get_grammar_bitmask`` -> ``grammar_bitmask`` -> ``fill_bitmask``) runs on the busy loop
+itself; a fill held there stops every request (class ``grammar_bitmask``).
+
+A compile seen once is info (a schema compiles in ms to seconds); one held across the looks with
+requests waiting and no counter moving is a warning until it held ``HELD_S``, then a block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vllmdiag.analysis.common import culprit, finding
+from vllmdiag.analysis.deployments import Deployment, find_deployments, role_of
+from vllmdiag.analysis.progress import COUNTERS, HELD_S, all_passes, deployment_progress, metric_samples
+from vllmdiag.analysis.stacks import StackClass, classify_frames, stop_signature, thread_frames
+from vllmdiag.model import Finding, Snapshot
+from vllmdiag.stack_classes import GRAMMAR_BITMASK, GRAMMAR_COMPILE, UNKNOWN
+
+LAYER = "queue"
+CODES = ("queue.grammar_stuck",)
+GRAMMAR = (GRAMMAR_COMPILE, GRAMMAR_BITMASK)
+# File of a frame -> the structured-output backend it belongs to (vllm/v1/structured_output/backend_*.py
+# and the libraries those call). The innermost match names the backend.
+BACKEND_FILES = (("backend_xgrammar.py", "xgrammar"), ("xgrammar/", "xgrammar"), ("backend_guidance.py", "guidance"),
+                 ("llguidance/", "guidance"), ("backend_outlines.py", "outlines"), ("outlines_core/", "outlines"),
+                 ("backend_lm_format_enforcer.py", "lm-format-enforcer"), ("lmformatenforcer/", "lm-format-enforcer"))
+
+
+@dataclass
+class GrammarLook:
+    """One grammar thread of one EngineCore in one stack look."""
+
+    thread: str
+    cls: StackClass
+    signature: tuple[Any, ...]
+    frame: str | None  # innermost frame: what the thread is doing right now
+    backend: str | None
+
+
+def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+    passes = all_passes(snapshot)
+    out: list[Finding] = []
+    for dep, p in zip(deployments, deployment_progress(passes, deployments), strict=True):
+        waiting, moved = request_state(passes, dep)
+        window = p.window_s
+        for eng in dep.engines:
+            looks = engine_looks(passes, eng["pid"], role_of(eng))
+            if looks and looks[0]:
+                out.append(_judge(snapshot, dep, eng, looks, waiting, moved, window))
+    return out
+
+
+def _judge(snap: Snapshot, dep: Deployment, eng: dict[str, Any], looks: list[list[GrammarLook]],
+           waiting: float | None, moved: bool, window: float) -> Finding:
+    first = looks[0][0]
+    held = held_thread(looks)
+    g = held or first
+    what = f"{g.cls.name.replace('_', ' ')} on thread {g.thread}" + (f" ({g.backend})" if g.backend else "")
+    base = {"thread": g.thread, "class": g.cls.name, "backend": g.backend, "frame": g.frame, "where": g.cls.where,
+            "key_frames": g.cls.key_frames, "looks": len(looks), "held": held is not None, "window_s": window,
+            "requests_waiting": waiting, "counters_moved": moved}
+    stuck = held is not None and len(looks) > 1 and not moved and (waiting or 0) > 0
+    if stuck and window >= HELD_S:
+        msg = (f"EngineCore (pid {eng['pid']}) is stuck in {what} at {g.frame}: the same frame held over "
+               f"{window:.1f} s ({len(looks)} looks) while {waiting:.0f} request(s) wait and no token or request "
+               "counter moved. Requests whose grammar is not ready stay WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR.")
+        return finding("queue.grammar_stuck", LAYER, "critical", snap, dep, msg, [eng["pid"]], base,
+                       [culprit(snap, eng, f"grammar thread {g.thread} stuck in {g.frame}"
+                                + (f" ({g.backend})" if g.backend else ""))])
+    if stuck:
+        msg = (f"EngineCore (pid {eng['pid']}) holds {what} at {g.frame} over {window:.1f} s while {waiting:.0f} "
+               f"request(s) wait and nothing was produced: suspected grammar stall (a block after {HELD_S:.0f} s; "
+               "triage --confirm S).")
+        return finding("queue.grammar_stuck", LAYER, "warning", snap, dep, msg, [eng["pid"]],
+                       {**base, "needs_confirm": True}, [culprit(snap, eng, f"grammar thread {g.thread} in {g.frame}")])
+    why = ("seen once" if len(looks) < 2 else "it moved between looks" if held is None else
+           "requests still move" if moved else "no request waits on it" if waiting == 0 else
+           "no /metrics to say requests wait")
+    msg = f"EngineCore (pid {eng['pid']}) is in {what} at {g.frame} ({why}): normal while a schema compiles."
+    return finding("queue.grammar_stuck", LAYER, "info", snap, dep, msg, [], base, [])
+
+
+def engine_looks(passes: list[Snapshot], pid: int, role: str | None) -> list[list[GrammarLook]]:
+    """Every stack look at ``pid`` in time order (dump, its resample, each confirm pass): its grammar threads."""
+    out: list[list[GrammarLook]] = []
+    for snap in passes:
+        for d in snap.data("stacks").get("dumps", []) or []:
+            if not isinstance(d, dict) or d.get("pid") != pid:
+                continue
+            for threads in (d.get("threads"), (d.get("resample") or {}).get("threads")):
+                if threads:
+                    out.append(grammar_threads(threads, role))
+    return out
+
+
+def grammar_threads(threads: list[dict[str, Any]], role: str | None) -> list[GrammarLook]:
+    """Every thread of one dump doing grammar work, whichever thread speaks for the process: at TP=1 the
+    MainThread runs the (empty) model steps while the pool thread compiles."""
+    out = []
+    for t in threads:
+        if not isinstance(t, dict):
+            continue
+        name = str(t.get("name") or t.get("thread_name") or "")
+        frames = thread_frames([t], StackClass(UNKNOWN))
+        sc = classify_frames(frames, name, role)
+        if sc.name in GRAMMAR:
+            top = f"{frames[0][0].rsplit('.', 1)[-1]} ({frames[0][1]}:{frames[0][2]})" if frames else None
+            out.append(GrammarLook(name, sc, stop_signature([t], sc), top, _backend(frames)))
+    return out
+
+
+def held_thread(looks: list[list[GrammarLook]]) -> GrammarLook | None:
+    """A grammar thread at the same stop point in every look (the pool thread's name is stable)."""
+    for g in looks[0]:
+        if all(any(o.thread == g.thread and o.signature == g.signature for o in look) for look in looks[1:]):
+            return g
+    return None
+
+
+def request_state(passes: list[Snapshot], dep: Deployment) -> tuple[float | None, bool]:
+    """(requests waiting at the last /metrics sample, None without /metrics; did any counter move)."""
+    samples = [m for s in passes for m in metric_samples(s, dep)]
+    if not samples:
+        return None, False
+    first, last = samples[0], samples[-1]
+    moved = any(isinstance(first.get(k), (int, float)) and isinstance(last.get(k), (int, float))
+                and first[k] != last[k] for k in COUNTERS)
+    waiting = last.get("waiting")
+    return (float(waiting) if isinstance(waiting, (int, float)) else None), moved
+
+
+def stalled_engines(snapshot: Snapshot, deployment_ids: set[str] | None = None) -> bool:
+    """The confirm window's "keep watching" test: a grammar thread held, requests wait, no counter moved.
+    Empty steps move the rings meanwhile, so the progress rules alone would close the window at once."""
+    deps = [d for d in find_deployments(snapshot) if deployment_ids is None or d.id in deployment_ids]
+    return any(f.severity != "info" for f in analyze(snapshot, deps))
+
+
+def resample_pids(snapshot: Snapshot, deployments: list[Deployment]) -> list[int]:
+    """EngineCores with a grammar thread at work: a second look tells a compile from a stall."""
+    return [e["pid"] for dep in deployments for e in dep.engines if _in_grammar(snapshot, e)]
+
+
+def engines_in_grammar(snapshot: Snapshot, engines: list[dict[str, Any]]) -> bool:
+    """Every engine has a grammar thread at work in the quick pass (the client layer defers to this module)."""
+    return bool(engines) and all(_in_grammar(snapshot, e) for e in engines)
+
+
+def _in_grammar(snapshot: Snapshot, eng: dict[str, Any]) -> bool:
+    looks = engine_looks([snapshot], eng["pid"], role_of(eng))
+    return bool(looks and looks[0])
+
+
+def _backend(frames: list[tuple[str, str, int]]) -> str | None:
+    for f in frames:  # innermost first, as py-spy lists them
+        for suffix, backend in BACKEND_FILES:
+            if f[1].endswith(suffix) or f"/{suffix}" in f[1] or f[1].startswith(suffix):
+                return backend
+    return None
