@@ -12,12 +12,16 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from vllmdiag.analysis import queue_grammar
 from vllmdiag.analysis.engine import analyze
 from vllmdiag.analysis.stacks import classify_threads
+from vllmdiag.api import triage
 from vllmdiag.model import Snapshot
 from vllmdiag.stack_classes import ENGINE_BUSY, EXECUTING, GRAMMAR_BITMASK, GRAMMAR_COMPILE, IDLE
 
@@ -74,19 +78,21 @@ def test_compile_thread_speaks_over_the_busy_loop_but_not_over_a_step() -> None:
 
 # ---- queue.grammar_stuck on the real TP=4 deployment ----------------------------------------------
 def _real(waiting: float, tokens: tuple[float, float] = (100, 100), pool: list[list[Any]] | None = XGRAMMAR_COMPILE,
-          resample: list[list[Any]] | None = None) -> tuple[Snapshot, int]:
+          resample: list[list[Any]] | None = None, main: list[list[Any]] = BUSY_LOOP,
+          running: float = 0.0) -> tuple[Snapshot, int]:
     raw = json.loads(next(REAL.glob("snap-a-*.json")).read_text())
     roles = {p["pid"]: p.get("role") for p in raw["probes"]["processes"]["data"]["processes"]}
     engine = next(d for d in raw["probes"]["stacks"]["data"]["dumps"] if roles[d["pid"]] == "engine_core")
-    main = next(t for t in engine["threads"] if t["name"] == "MainThread")
-    main["frames"] = copy.deepcopy(BUSY_LOOP)  # a request exists: the loop steps empty batches
+    thread0 = next(t for t in engine["threads"] if t["name"] == "MainThread")
+    thread0["frames"] = copy.deepcopy(main)  # a request exists: the loop steps (empty batches while it waits)
     if pool is not None:
         engine["threads"].append(th(POOL, pool))
     if resample is not None:
-        engine["resample"] = {"after_s": 0.3, "status": "ok", "threads": [th("MainThread", BUSY_LOOP), th(POOL, resample)]}
+        engine["resample"] = {"after_s": 0.3, "status": "ok",
+                              "threads": [th("MainThread", main), *([th(POOL, resample)] if pool else [])]}
     for server in raw["probes"]["http"]["data"]["servers"]:
         for m, tok in zip(server["metrics"], tokens, strict=False):
-            m.update(running=0.0, waiting=waiting, generation_tokens=tok, prompt_tokens=10.0)
+            m.update(running=running, waiting=waiting, generation_tokens=tok, prompt_tokens=10.0)
     return Snapshot.from_dict(raw), int(engine["pid"])
 
 
@@ -133,7 +139,36 @@ def test_a_compile_that_finishes_or_is_seen_once_is_info() -> None:
     assert [f.severity for f in _grammar(nobody)] == ["info"]
 
 
+def test_a_bitmask_fill_held_on_the_busy_loop_blocks_the_running_batch() -> None:
+    # the fill masks RUNNING requests: none waits, yet nothing is produced while MainThread holds it
+    snap, engine = _real(waiting=0, running=2, pool=None, main=BITMASK, resample=[])
+    snap.passes = [_later(snap, 2.0), _later(snap, 4.0)]
+    (f,) = _grammar(snap)
+    assert f.severity == "critical" and f.evidence["class"] == GRAMMAR_BITMASK and f.evidence["thread"] == "MainThread"
+    assert f.culprits[0].pid == engine and "fill_bitmask" in f.message
+
+
 def test_no_grammar_thread_no_finding() -> None:
     snap, _ = _real(waiting=0, pool=None)
     assert _grammar(snap) == [] and not queue_grammar.stalled_engines(snap)
     assert classify_threads([th(POOL, POOL_IDLE)], "engine_core").name in (IDLE, "unknown")
+
+
+# ---- live: the simulator's EngineCore (vLLM 0.33's frames), real py-spy ----------------------------------
+@pytest.mark.skipif(os.geteuid() != 0, reason="py-spy needs root to read the simulator's stacks")
+def test_live_stuck_compile_is_named_and_a_finishing_one_is_not() -> None:
+    sim = pytest.importorskip("vllmdiag_sim.deployment")
+    with sim.Deployment.up(tp=2, fault="grammar-stuck") as dep:
+        report = triage(pids=[dep.root_pid], budget_s=8, confirm_s=5.0).report
+        (f,) = [f for f in report.findings if f.code == "queue.grammar_stuck"]
+        assert f.severity == "critical" and f.evidence["thread"].startswith("ThreadPoolExecutor-")
+        assert f.evidence["backend"] == "xgrammar" and "compile_json_schema" in f.evidence["frame"]
+        assert report.verdict.culprits[0].pid == dep.engine_pid()
+        # the rings kept moving (empty steps): only the grammar rule kept the window open
+        assert report.snapshots[0].options["confirm"]["stopped"] == "window"
+        assert all(f.severity == "info" for f in report.findings if f.code.startswith("client."))
+    with sim.Deployment.up(tp=2, fault="grammar-load") as dep:
+        report = triage(pids=[dep.root_pid], budget_s=8, confirm_s=5.0).report
+        assert report.verdict.status == "healthy", report.verdict.summary
+        (f,) = [f for f in report.findings if f.code == "queue.grammar_stuck"]  # the compile was seen ...
+        assert f.severity == "info" and f.evidence["looks"] >= 2  # ... looked at again, and it finished

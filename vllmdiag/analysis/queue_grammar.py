@@ -57,20 +57,22 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     passes = all_passes(snapshot)
     out: list[Finding] = []
     for dep, p in zip(deployments, deployment_progress(passes, deployments), strict=True):
-        waiting, moved = request_state(passes, dep)
+        counts, moved = request_state(passes, dep)
         window = p.window_s
         for eng in dep.engines:
             looks = engine_looks(passes, eng["pid"], role_of(eng))
             if looks and looks[0]:
-                out.append(_judge(snapshot, dep, eng, looks, waiting, moved, window))
+                out.append(_judge(snapshot, dep, eng, looks, counts, moved, window))
     return out
 
 
 def _judge(snap: Snapshot, dep: Deployment, eng: dict[str, Any], looks: list[list[GrammarLook]],
-           waiting: float | None, moved: bool, window: float) -> Finding:
+           counts: tuple[float, float] | None, moved: bool, window: float) -> Finding:
     first = looks[0][0]
     held = held_thread(looks)
     g = held or first
+    # A compile holds the requests WAITING for it; a bitmask fill holds the RUNNING batch it masks.
+    waiting = None if counts is None else counts[0] + (counts[1] if g.cls.name == GRAMMAR_BITMASK else 0.0)
     what = f"{g.cls.name.replace('_', ' ')} on thread {g.thread}" + (f" ({g.backend})" if g.backend else "")
     base = {"thread": g.thread, "class": g.cls.name, "backend": g.backend, "frame": g.frame, "where": g.cls.where,
             "key_frames": g.cls.key_frames, "looks": len(looks), "held": held is not None, "window_s": window,
@@ -78,8 +80,10 @@ def _judge(snap: Snapshot, dep: Deployment, eng: dict[str, Any], looks: list[lis
     stuck = held is not None and len(looks) > 1 and not moved and (waiting or 0) > 0
     if stuck and window >= HELD_S:
         msg = (f"EngineCore (pid {eng['pid']}) is stuck in {what} at {g.frame}: the same frame held over "
-               f"{window:.1f} s ({len(looks)} looks) while {waiting:.0f} request(s) wait and no token or request "
-               "counter moved. Requests whose grammar is not ready stay WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR.")
+               f"{window:.1f} s ({len(looks)} looks) while {waiting:.0f} request(s) wait on it and no token or "
+               "request counter moved. " + ("The busy loop cannot finish its step while it fills the token mask."
+                                            if g.cls.name == GRAMMAR_BITMASK else "Requests whose grammar is not ready "
+                                            "stay WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR."))
         return finding("queue.grammar_stuck", LAYER, "critical", snap, dep, msg, [eng["pid"]], base,
                        [culprit(snap, eng, f"grammar thread {g.thread} stuck in {g.frame}"
                                 + (f" ({g.backend})" if g.backend else ""))])
@@ -127,22 +131,24 @@ def grammar_threads(threads: list[dict[str, Any]], role: str | None) -> list[Gra
 
 def held_thread(looks: list[list[GrammarLook]]) -> GrammarLook | None:
     """A grammar thread at the same stop point in every look (the pool thread's name is stable)."""
-    for g in looks[0]:
+    for g in sorted(looks[0], key=lambda g: g.cls.name != GRAMMAR_BITMASK):  # a held fill stops every request
         if all(any(o.thread == g.thread and o.signature == g.signature for o in look) for look in looks[1:]):
             return g
     return None
 
 
-def request_state(passes: list[Snapshot], dep: Deployment) -> tuple[float | None, bool]:
-    """(requests waiting at the last /metrics sample, None without /metrics; did any counter move)."""
+def request_state(passes: list[Snapshot], dep: Deployment) -> tuple[tuple[float, float] | None, bool]:
+    """((waiting, running) at the last /metrics sample, None without /metrics; did any counter move)."""
     samples = [m for s in passes for m in metric_samples(s, dep)]
     if not samples:
         return None, False
     first, last = samples[0], samples[-1]
     moved = any(isinstance(first.get(k), (int, float)) and isinstance(last.get(k), (int, float))
                 and first[k] != last[k] for k in COUNTERS)
-    waiting = last.get("waiting")
-    return (float(waiting) if isinstance(waiting, (int, float)) else None), moved
+    waiting, running = last.get("waiting"), last.get("running")
+    if not isinstance(waiting, (int, float)):
+        return None, moved
+    return (float(waiting), float(running) if isinstance(running, (int, float)) else 0.0), moved
 
 
 def stalled_engines(snapshot: Snapshot, deployment_ids: set[str] | None = None) -> bool:
