@@ -124,6 +124,9 @@ def test_held_compile_with_requests_waiting_is_named_after_the_confirm_window() 
     assert v.culprits[0].pid == engine and POOL in v.culprits[0].reason and "compile_json_schema" in v.culprits[0].reason
     # the vague client reading no longer blames the EngineCore on its own
     assert all(f.severity == "info" for f in report.findings if f.code == "client.requests_stuck_waiting")
+    # the gpu layer's stall suspicion points at the grammar rule instead of "no stack picture explains it"
+    suspected = [f for f in report.findings if f.code == "gpu.stall_suspected"]
+    assert suspected and all("queue.grammar_stuck" in f.message for f in suspected)
 
 
 def test_a_compile_that_finishes_or_is_seen_once_is_info() -> None:

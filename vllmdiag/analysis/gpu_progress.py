@@ -26,6 +26,8 @@ from vllmdiag.stack_classes import (
     COMPILING,
     ENGINE_BUSY,
     EXECUTING,
+    GRAMMAR_BITMASK,
+    GRAMMAR_COMPILE,
     HANDSHAKE,
     INIT_DEVICE,
     LOAD_MODEL,
@@ -67,6 +69,7 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
         return [_with_progress(f, p) for f in odd_init]
     long = sorted({sc.label for sc, _ in seen.values() if sc.name in LONG_PHASES})
     held = p.window_s >= HELD_S and not long
+    grammar = sorted({sc.label for sc, _ in seen.values() if sc.name in (GRAMMAR_COMPILE, GRAMMAR_BITMASK)})
     partial = deployment_shapes.ranks_on_other_nodes(dep)  # multi-node Ray seen from the engine's node
     shapes = [] if partial else _group_shapes(snap, dep, seen, gpus) if dep.workers else _engine_shape(snap, dep, seen, gpus)
     if held and shapes:
@@ -74,7 +77,9 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
     why = (f"a long phase is under way ({', '.join(long)}): a cold compile or warm-up can take minutes" if long else
            f"watched only {p.window_s:.1f} s (a stall is called a block after {HELD_S:.0f} s; triage --confirm S)"
            if p.window_s < HELD_S else "some ranks run on other nodes of the Ray cluster: the odd one out may be "
-           "there (sweep them together)" if partial else "no stack picture explains it (the ranks are not all at one point)")
+           "there (sweep them together)" if partial else
+           f"the EngineCore is in {', '.join(grammar)} (structured output; queue.grammar_stuck judges it)" if grammar
+           else "no stack picture explains it (the ranks are not all at one point)")
     msg = (f"Work in flight ({'; '.join(p.in_flight)}) but nothing moved in {p.window_s:.1f} s: suspected stall, "
            f"{why}.")
     blame = [c for f in odd_init + shapes for c in f.culprits[:1]]
