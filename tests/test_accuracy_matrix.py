@@ -28,7 +28,7 @@ TPS = (2, 4, 8)
 # api-killed and dp-out-of-step belong to deployment shapes (the shape rows below).
 EXPECT: dict[str, tuple[str, str | None, str | None]] = {
     fault: answer for fault, answer in EXPECTED.items()
-    if fault not in {"shm-small", "api-killed", "dp-out-of-step", "pp-stage-stuck", "ep-rank-odd"}}
+    if fault not in {"shm-small", "api-killed", "dp-out-of-step", "pp-stage-stuck", "ep-rank-odd", "kv-wait"}}
 # Faults whose TP sizes differ from TPS (TP=1 runs the model in the EngineCore: no group, no workers).
 FAULT_TPS: dict[str, tuple[int, ...]] = {"uniform-collective": (2, 4, 8), "uniform-sync": (1, 2, 4, 8),
                                          "long-step": (1, 2, 4, 8), "healthy-slow": (1, 2, 4, 8), "compiling": (2, 4, 8),
@@ -147,6 +147,12 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("ep", "healthy-load", 1, None): ("healthy", None, None),
     ("ep", "ep-rank-odd", 2, 3): ("blocked", "gpu", "ep_worker"),
     ("ep", "ep-rank-odd", 1, 0): ("blocked", "gpu", "ep_worker"),
+    # [pd] the decode instance of a P/D pair (NixlConnector kv_consumer): its KV never comes from the prefill
+    # side, which is another deployment: degraded, the producer named, never the local engine
+    ("pd", "healthy", 1, None): ("healthy", None, None),
+    ("pd", "healthy-load", 2, None): ("healthy", None, None),
+    ("pd", "kv-wait", 1, None): EXPECTED["kv-wait"],
+    ("pd", "kv-wait", 2, None): EXPECTED["kv-wait"],
 }
 DP_SHAPES = ("dp", "dp-external")
 
@@ -188,6 +194,9 @@ def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, 
             ok_culprit = bool(first) and first[0].role == "worker" and first[0].pid == dep.worker_pid(rank or 0)
         elif who == "pp_stage":
             ok_culprit = bool(first) and _blames_stage(first[0], dep, rank or 0)
+        elif who == "kv_producer":  # no local process at all: the producer is another deployment
+            ok_culprit = bool(first) and first[0].role == "kv_producer" and first[0].pid is None and not any(
+                c.role in ("engine_core", "worker") for c in v.culprits)
         elif who == "dp_engine":
             ok_culprit = bool(first) and first[0].role == "engine_core" and first[0].pid == dep.engine_pid(dp_rank=rank or 0)
         else:

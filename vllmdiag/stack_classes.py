@@ -31,6 +31,10 @@ ENGINE_IDLE = "engine_idle"
 # StructuredOutputManager's thread pool, and the per-step token bitmask filled on the busy loop.
 GRAMMAR_COMPILE = "grammar_compile"
 GRAMMAR_BITMASK = "grammar_bitmask"
+# Disaggregated P/D (vLLM 0.33): the EngineCore between 0-token steps (work pending, nothing schedulable:
+# requests WAITING_FOR_REMOTE_KVS), and a process inside the KV connector (polling or loading remote KV).
+ENGINE_YIELD = "engine_yield"
+KV_TRANSFER = "kv_transfer"
 # Working or waiting for work.
 EXECUTING = "executing"
 IDLE = "idle"
@@ -39,5 +43,5 @@ UNKNOWN = "unknown"  # no rule matched (not in the rules: the classifier's own a
 
 ALL = frozenset({COLLECTIVE, SYNC_POINT, DP_SYNC, ENGINE_DP_SYNC, NCCL_INIT, COMPILING, WAIT_UNTIL_READY, WAIT_FOR_READY,
                  HANDSHAKE, INIT_DEVICE, LOAD_MODEL, WARMUP, ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING,
-                 ENGINE_WAITING_WORKERS, ENGINE_BUSY, ENGINE_IDLE, GRAMMAR_COMPILE, GRAMMAR_BITMASK, EXECUTING, IDLE,
-                 API_IDLE, UNKNOWN})
+                 ENGINE_WAITING_WORKERS, ENGINE_BUSY, ENGINE_IDLE, GRAMMAR_COMPILE, GRAMMAR_BITMASK, ENGINE_YIELD, KV_TRANSFER,
+                 EXECUTING, IDLE, API_IDLE, UNKNOWN})

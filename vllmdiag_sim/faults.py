@@ -53,6 +53,7 @@ FAULTS: dict[str, str] = {
                      "thread; the request waits, empty steps go on (#54003, #14151)",
     "grammar-load": "back-to-back requests with a JSON schema that compiles in about a second, nothing else: "
                     "requests wait while it compiles, then stream (healthy)",
+    "kv-wait": "P/D decode instance (kv_consumer): requests wait WAITING_FOR_REMOTE_KVS for KV the prefill side never sends (NIXL #53095)",
 }
 START_FAULTS = {"shm-small", "init-odd-rank"}  # in place from launch; `inject` cannot add them later
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
@@ -87,11 +88,12 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "ep-rank-odd": ("blocked", "gpu", "ep_worker"),  # the EP rank out of the all2all (titled ..._EP{rank})
     "grammar-stuck": ("blocked", "queue", "engine_core"),  # the EngineCore holding the grammar thread
     "grammar-load": ("healthy", None, None),  # compiles seen, and finished: no false alarm
+    "kv-wait": ("degraded", "queue", "kv_producer"),  # the producer, another deployment: never the local engine
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
 NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled", "long-step", "healthy-slow",
-              "api-killed", "grammar-stuck", "grammar-load"}
+              "api-killed", "grammar-stuck", "grammar-load", "kv-wait"}
 NEEDS_GROUP = {"uniform-collective", "init-odd-rank"}  # a collective needs peers: TP=1 skips it entirely
 SETTLE_S = 0.3  # after the culprit acks, give its peers time to reach their own waits
 TIMEOUT_S = 20.0
@@ -101,7 +103,7 @@ class FaultError(ValueError):
     pass
 
 
-SHAPE_ONLY = {"pp-stage-stuck": "pp", "ep-rank-odd": "ep"}  # faults of one deployment shape (vllmdiag_sim.shapes)
+SHAPE_ONLY = {"pp-stage-stuck": "pp", "ep-rank-odd": "ep", "kv-wait": "pd"}  # faults of one deployment shape (vllmdiag_sim.shapes)
 
 
 def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int | None, shape: str = "serve") -> None:
@@ -278,6 +280,7 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "ep-rank-odd": lambda d, r: _hang_with_request(d, f"ep-rank-odd-{r}"),
     "grammar-stuck": lambda d, r: _with_client(d, "schema-stuck", "grammar-compiling-1"),
     "grammar-load": _grammar_load,
+    "kv-wait": lambda d, r: _hang_with_request(d, "kv-wait"),
 }
 
 

@@ -13,11 +13,15 @@
   model whose DP ranks step in lockstep (request waves, dummy batches) and meet every step in the DP
   sync and the DeepEP dispatch/combine of the EP group (every DP x TP rank); workers
   `VLLM::Worker_DP{d}[_TP{t}]_EP{e}`.
+- ``pd``: the decode instance of a disaggregated P/D pair, `vllm serve --kv-transfer-config
+  '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'` with the NIXL side channel on a free port
+  (`VLLM_NIXL_SIDE_CHANNEL_HOST/PORT`). Its prefill instance is not simulated (fault ``kv-wait``).
 The orphaned engine is a fault (``api-killed``) on a running deployment of any shape with an API server.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -34,8 +38,9 @@ from vllmdiag_sim.ray.raylet import NODES_ENV, SOCKET_ENV
 if TYPE_CHECKING:
     from vllmdiag_sim.deployment import Deployment
 
-SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns", "pp", "dp-external", "ep")
+SHAPES = ("serve", "offline", "offline-inproc", "ray", "dp", "ns", "pp", "dp-external", "ep", "pd")
 PP_SIZE = 2  # shape pp: two pipeline stages
+PD_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}  # shape pd: a decode instance
 SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-killed"),
                 # TP=1: no child at all, the model runs in the script (UniProcExecutor)
                 "offline-inproc": ("healthy", "healthy-load", "straggler", "worker-stopped", "worker-killed",
@@ -54,7 +59,10 @@ SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-ki
                 # each with its own API server and EngineCore_DP<r>, meeting only in the DP sync
                 "dp-external": ("healthy", "healthy-load", "dp-out-of-step"),
                 # DP x TP with expert parallel: one EP rank stays out of the MoE dispatch its peers wait in
-                "ep": ("healthy", "healthy-load", "ep-rank-odd")}
+                "ep": ("healthy", "healthy-load", "ep-rank-odd"),
+                # disaggregated P/D: the decode instance (NixlConnector kv_consumer) of a P/D pair whose
+                # prefill instance is not simulated; kv-wait: its KV never comes
+                "pd": ("healthy", "healthy-load", "kv-wait")}
 
 
 class ShapeError(ValueError):
@@ -97,6 +105,9 @@ def launch_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[
         return external_dp_argv(dep, base_argv)
     if dep.shape == "ep":
         return base_argv + ["--enable-expert-parallel", "--all2all-backend", "deepep_high_throughput"], {}
+    if dep.shape == "pd":
+        return base_argv + ["--kv-transfer-config", json.dumps(PD_CONFIG)], {
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1", "VLLM_NIXL_SIDE_CHANNEL_PORT": str(runtime.free_port())}
     if dep.shape == "ns":
         from vllmdiag_sim.nsinit import STAY_ENV
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis import kv_transfer, queue_kv
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment
 from vllmdiag.model import Culprit, Finding, Snapshot
@@ -77,10 +78,14 @@ def _metrics(snap: Snapshot, dep: Deployment, server: dict[str, Any], gap: float
         # An EngineCore whose stack waits on its workers (or on a full ring) is not "scheduling
         # nothing": it is stuck below, and the layer that stops the flow names that culprit.
         busy_below = _engines_waiting_below(snap, engines)
-        return [finding("client.requests_stuck_waiting", LAYER, "info" if busy_below else "critical", snap, dep,
+        # A P/D decode instance whose requests wait for remote KV schedules nothing by design: the queue
+        # layer names the producer (queue_kv); blaming the local engine here would be the wrong culprit.
+        kv_wait = kv_transfer.is_consumer(dep) and queue_kv.kv_wait(snap, dep) is not None
+        return [finding("client.requests_stuck_waiting", LAYER, "info" if busy_below or kv_wait else "critical", snap, dep,
                         f"{m1['waiting']:.0f} request(s) wait while none runs and no token was produced in {gap:.2f} s: "
-                        "the engine schedules nothing.", [e["pid"] for e in engines], evidence,
-                        [culprit(snap, e, "requests wait but it schedules none") for e in engines])]
+                        + ("they wait for KV from the prefill instance." if kv_wait else "the engine schedules nothing."),
+                        [e["pid"] for e in engines], {**evidence, "kv_wait": kv_wait},
+                        [] if kv_wait else [culprit(snap, e, "requests wait but it schedules none") for e in engines])]
     if m0["running"] > 0 and m1["running"] > 0 and not moved:
         return [finding("client.no_token_progress", LAYER, "info", snap, dep,
                         f"{m1['running']:.0f} request(s) running but no token counted in {gap:.2f} s "

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmdiag.analysis import shapes
+from vllmdiag.analysis import kv_transfer, shapes
 from vllmdiag.model import Snapshot
 
 ROOT_ROLES = ("api_server", "llm_client", "engine_core", "dp_coordinator")
@@ -40,6 +40,8 @@ class Deployment:
     adopter: dict[str, Any] | None = None  # the orphaned engine's new parent (init, subreaper, shell)
     # TP=1 in-process engine (no vLLM title): what says the script runs vLLM (kernels mapped, GPU, env).
     inprocess: dict[str, Any] = field(default_factory=dict)
+    # Disaggregated P/D: the KV connector it declares (kv_transfer.describe), {} when none.
+    kv_transfer: dict[str, Any] = field(default_factory=dict)
 
     def by_pid(self, pid: int) -> dict[str, Any] | None:
         return next((p for p in self.processes if p["pid"] == pid), None)
@@ -205,6 +207,7 @@ def _ray_backed(snap: Snapshot, by_pid: dict[int, dict[str, Any]], engine: int, 
 def _shape(snap: Snapshot, dep: Deployment, by_pid: dict[int, dict[str, Any]],
            ray_ties: dict[int, dict[str, Any]]) -> None:
     root = by_pid[dep.root_pid]
+    dep.kv_transfer = kv_transfer.describe(snap, dep)
     role = role_of(root)
     if role == "llm_client":
         dep.kind = "offline_inprocess" if shapes.inprocess_engine(root) or not dep.engines else "offline"

@@ -103,7 +103,10 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
         return corroborate(verdict, [f for f in blocking if f.layer != layer])
     warnings = [f for f in findings if f.severity == "warning"]
     if warnings:
-        return write_verdict("degraded", warnings[0].layer, warnings, findings)
+        verdict = write_verdict("degraded", warnings[0].layer, warnings, findings)
+        if warnings[0].evidence.get("out_of_view"):  # its culprit runs beyond this node's view (P/D producer)
+            verdict.confidence = "medium"
+        return verdict
     blind = _blind_spots(snapshot) + gaps(snapshot, pids or set())
     beyond = [f for f in findings if f.evidence.get("out_of_view")]  # part of it runs on another node
     if beyond and not blind:

@@ -23,6 +23,11 @@ SPEC = ProbeSpec(name="http", layer="client", description="API server /health, /
 
 METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
            "vllm:generation_tokens_total": "generation_tokens", "vllm:prompt_tokens_total": "prompt_tokens"}
+# Series kept per label value (vLLM 0.33 vllm/v1/metrics/loggers.py): the KV-fetch stages exist only on a
+# kv_consumer (P/D decode instance); "deferred" waiting requests include those parked for remote KV.
+LABELED = {"vllm:num_requests_kv_fetch_by_stage": ("stage", "kv_fetch_", ("waiting_to_start", "in_progress",
+                                                                         "completed_waiting")),
+           "vllm:num_requests_waiting_by_reason": ("reason", "waiting_", ("deferred",))}
 # Tables where a socket inode shows once it listens or connects; a TCP socket that is only bound
 # (vLLM reserves the HTTP port long before listen(), vllm-internals 3.3 step 8) is in none of them.
 NET_TABLES = {"tcp": 9, "tcp6": 9, "udp": 9, "udp6": 9, "raw": 9, "raw6": 9, "udplite": 9, "udplite6": 9, "unix": 6,
@@ -272,6 +277,8 @@ def parse_metrics(text: str) -> dict[str, float | None]:
     for line in text.splitlines():
         m = _NAME.match(line)
         key = METRICS.get(m.group(1)) if m else None
+        if m is not None and key is None and m.group(1) in LABELED and m.group(2):
+            key = _labeled_key(m.group(1), line[m.end():_close_brace(line, m.end() - 1)])
         if m is None or key is None:
             continue
         pos = _close_brace(line, m.end() - 1) + 1 if m.group(2) else m.end()
@@ -279,8 +286,18 @@ def parse_metrics(text: str) -> dict[str, float | None]:
             value = float(line[pos:].split()[0])
         except (ValueError, IndexError):
             continue
-        sums[key] = (sums[key] or 0.0) + value
+        sums[key] = (sums.get(key) or 0.0) + value
     return sums
+
+
+def _labeled_key(name: str, labels: str) -> str | None:
+    """``kv_fetch_in_progress`` for ``stage="in_progress"``: only the label values vLLM writes, so an
+    untrusted body cannot invent keys."""
+    label, prefix, values = LABELED[name]
+    for value in values:
+        if f'{label}="{value}"' in labels:
+            return prefix + value
+    return None
 
 
 def _close_brace(line: str, start: int) -> int:

@@ -30,7 +30,8 @@ SPEC = ProbeSpec(
 
 ENV_KEEP = ("VLLM_", "NCCL_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "TORCH_NCCL", "TORCH_DISTRIBUTED",
             "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HF_TOKEN", "TMPDIR",
-            "RAY_JOB_ID")  # a Ray actor's job (set by its raylet): ties a driver's workers across nodes
+            "RAY_JOB_ID",  # a Ray actor's job (set by its raylet): ties a driver's workers across nodes
+            "LMCACHE_", "MOONCAKE_")  # P/D KV connectors' settings (VLLM_NIXL_* is under VLLM_); redacted as all
 CHEAP_ENV_ROLES = ("api_server", "engine_core", "dp_coordinator")  # deployment roots: `watch --select` reads them
 SEED_ROLES = {"api_server", "engine_core", "worker", "dp_coordinator", "api_server_child", "vllm_other"}
 PARENT_OF = {"engine_core", "worker", "dp_coordinator", "vllm_other"}  # seeds whose parent we describe

@@ -25,6 +25,8 @@ class ParallelConfig:
     data_parallel_rpc_port: int = 29550
     dp_engine_hub_port: int = 0  # EP: the EngineCores' DP group (DPEngineCoreProc's unfinished-requests sync)
     all2all_backend: str = "allgather_reducescatter"
+    # --kv-transfer-config (vLLM keeps it in VllmConfig.kv_transfer_config): P/D disaggregation
+    kv_transfer_config: dict[str, Any] | None = None
 
     @property
     def world_size(self) -> int:

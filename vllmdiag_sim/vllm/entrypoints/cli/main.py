@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 
 from vllmdiag_sim.vllm.config.parallel import ParallelConfig
@@ -30,6 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     serve.add_argument("--data-parallel-rank", "-dpn", type=int, default=None)
     serve.add_argument("--data-parallel-address", "-dpa", default="127.0.0.1")
     serve.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=29550)
+    # Disaggregated P/D (vLLM 0.33 vllm/config/kv_transfer.py KVTransferConfig, as JSON)
+    serve.add_argument("--kv-transfer-config", type=json.loads, default=None)
     return parser.parse_args(argv)
 
 
@@ -41,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
                         pipeline_parallel_size=args.pipeline_parallel_size,
                         enable_expert_parallel=args.enable_expert_parallel,
                         data_parallel_rank=args.data_parallel_rank, data_parallel_rpc_port=args.data_parallel_rpc_port,
-                        all2all_backend=args.all2all_backend or "deepep_high_throughput")
+                        all2all_backend=args.all2all_backend or "deepep_high_throughput",
+                        kv_transfer_config=args.kv_transfer_config)
     from vllmdiag_sim.vllm.entrypoints.openai import api_server
 
     if args.headless:

@@ -34,6 +34,7 @@ class ApiServer:
         self.requests: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self.waiting: set[str] = set()
         self.generation_tokens_total = self.prompt_tokens_total = self.next_engine = 0
+        self.kv_fetch: dict[str, int] | None = None  # a kv_consumer's SchedulerStats.num_kv_fetch_reqs_by_stage
 
     async def serve(self, host: str, port: int) -> None:
         self.loop = asyncio.get_running_loop()
@@ -58,6 +59,9 @@ class ApiServer:
 
     def dispatch(self, outputs: list[dict[str, Any]]) -> None:
         for out in outputs:
+            if "scheduler_stats" in out:  # vLLM's EngineCoreOutputs.scheduler_stats -> PrometheusStatLogger
+                self.kv_fetch = dict(out["scheduler_stats"].get("kv_fetch") or {})
+                continue
             if "start_wave" in out:  # a paused MoE DP engine got a request: wake the other DP ranks
                 self.start_dp_wave(int(out["start_wave"]), int(out["exclude"]))
                 continue
@@ -140,6 +144,14 @@ class ApiServer:
         lines = []
         for name, kind, value in rows:
             lines += [f"# TYPE vllm:{name} {kind}", f"vllm:{name}{labels} {value}"]
+        if self.kv_fetch is not None:  # vLLM 0.33 loggers.py: only when kv_transfer_config.is_kv_consumer
+            deferred = sum(v for k, v in self.kv_fetch.items() if k != "completed_waiting")
+            lines.append("# TYPE vllm:num_requests_waiting_by_reason gauge")
+            for reason, value in (("capacity", max(0, len(self.waiting) - deferred)), ("deferred", deferred)):
+                lines.append(f'vllm:num_requests_waiting_by_reason{labels[:-1]},reason="{reason}"}} {value}')
+            lines.append("# TYPE vllm:num_requests_kv_fetch_by_stage gauge")
+            for stage, value in self.kv_fetch.items():
+                lines.append(f'vllm:num_requests_kv_fetch_by_stage{labels[:-1]},stage="{stage}"}} {value}')
         return "\n".join(lines) + "\n"
 
     async def completions(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> None:

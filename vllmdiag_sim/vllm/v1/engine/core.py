@@ -13,6 +13,7 @@ import pickle
 import queue
 import socket
 import threading
+import time
 from typing import Any
 
 import zmq
@@ -29,6 +30,7 @@ from vllmdiag_sim.vllm.v1.executor.uniproc_executor import UniProcExecutor
 from vllmdiag_sim.vllm.v1.structured_output import StructuredOutputManager
 
 logger = logging.getLogger("vllm.v1.engine.core")
+KV_YIELD_S = 0.02
 REQUEST_TYPES = {b"\x00": "ADD", b"\x01": "ABORT", b"\x02": "START_DP_WAVE"}
 
 
@@ -48,11 +50,16 @@ class EngineCoreProc:
         self.input_queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.output_queue: queue.Queue[list[dict[str, Any]]] = queue.Queue()
         self.structured_output_manager = StructuredOutputManager()
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(pc.kv_transfer_config, dp_rank)
         self.model_executor: MultiprocExecutor | UniProcExecutor = (
             _executor_class(pc)(pc, dp_rank, hub_sock) if pc.uses_multiproc_executor else UniProcExecutor())
         self.faults = EngineFaults(self)
         self.pending_steps: list[tuple[str, Any]] = []
+        self.model_executed = False
+        self.kv_fetch_published: dict[str, int] | None = None
+        if self.scheduler.connector is not None:  # vLLM: after the KV caches are registered
+            self.scheduler.connector.set_xfer_handshake_metadata({})
+            self._publish_kv_fetch()
         threading.Thread(target=self.process_input_sockets, args=(input_addr,), daemon=True).start()
         if output_addr:
             threading.Thread(target=self.process_output_sockets, args=(output_addr,), daemon=True).start()
@@ -97,13 +104,28 @@ class EngineCoreProc:
         outputs = self.step()
         if outputs:
             self.output_queue.put(outputs)
+        if self.scheduler.connector is not None:
+            self._publish_kv_fetch()
+        # vLLM 0.33: no model run but scheduler work left (WAITING_FOR_REMOTE_KVS): yield for the
+        # connector's threads. vLLM sleeps 1 ms; the sim 20 ms, to spare the test machine's cores.
+        if not self.model_executed and self.scheduler.has_requests():
+            time.sleep(KV_YIELD_S)
+
+    def _publish_kv_fetch(self) -> None:
+        """SchedulerStats to the front end (its /metrics): the KV-fetch stages a kv_consumer exports."""
+        counts = self.scheduler.kv_fetch_counts()
+        if counts != self.kv_fetch_published:
+            self.kv_fetch_published = counts
+            self.output_queue.put([{"scheduler_stats": {"kv_fetch": counts}}])
 
     def step(self) -> list[dict[str, Any]]:
         if self.pending_steps:
+            self.model_executed = True
             kind, payload = self.pending_steps.pop(0)
             self.faults.run_pending(kind, payload)
             return []
         scheduler_output = self.scheduler.schedule()
+        self.model_executed = bool(scheduler_output["req_ids"])
         scheduler_output["sim_fault"] = self.faults.step_fault
         scheduler_output["dp_sync"] = isinstance(self, DPEngineCoreProc)  # MoE DP: coordinate_batch_across_dp
         self.model_executor.execute_model(scheduler_output)

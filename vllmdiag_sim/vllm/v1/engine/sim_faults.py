@@ -45,6 +45,7 @@ class EngineFaults:
         name = spec["fault"]
         self.step_fault = spec if name in STEP_FAULTS else None
         engine.scheduler.stuck = name == "engine-stuck"
+        engine.scheduler.remote_kv_never_arrives = name == "kv-wait"
         if isinstance(engine.model_executor, MultiprocExecutor):
             engine.model_executor.reap_dead_workers = name == "worker-gone"
         if name in RING_FAULTS:

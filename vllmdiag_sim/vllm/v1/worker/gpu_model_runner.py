@@ -16,6 +16,7 @@ from vllmdiag_sim.vllm.distributed.device_communicators import pynccl_wrapper
 from vllmdiag_sim.vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
 from vllmdiag_sim.vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
 from vllmdiag_sim.vllm.sequence import IntermediateTensors
+from vllmdiag_sim.vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin
 
 # Step faults that change how long a step takes (every rank), instead of hanging it.
 STEP_SECONDS = {"long-step": 2.0, "healthy-slow": 0.4}
@@ -25,7 +26,7 @@ def targets_me(fault: dict[str, Any] | None, name: str, rank: int) -> bool:
     return bool(fault) and fault.get("fault") == name and fault.get("rank") == rank  # type: ignore[union-attr]
 
 
-class GPUModelRunner:
+class GPUModelRunner(KVConnectorModelRunnerMixin):
     def __init__(self, rank: int) -> None:
         self.rank = rank
         self.o_proj = RowParallelLinear()
@@ -39,6 +40,9 @@ class GPUModelRunner:
 
     def execute_model(self, scheduler_output: dict[str, Any], intermediate_tensors: IntermediateTensors | None = None
                       ) -> dict[str, Any] | IntermediateTensors:
+        if not scheduler_output.get("req_ids") and "kv_connector_metadata" in scheduler_output:
+            # vLLM 0.33: no token scheduled but a KV connector: poll it (KV send/recv even with no work)
+            return self.kv_connector_no_forward(scheduler_output)
         fault = scheduler_output.get("sim_fault")
         name = (fault or {}).get("fault")
         if name == "pp-stage-stuck" and (fault or {}).get("rank") == self.pp_rank:

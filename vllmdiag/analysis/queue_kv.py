@@ -1,0 +1,97 @@
+"""Queue layer, disaggregated P/D: a decode instance whose requests wait for KV from its producer (pure).
+
+Real-hang-patterns row 17 (NIXL #53095, #46283, PR #50754; LMCache#4759, #4715): the decode instance
+(``kv_role`` kv_consumer) parks each request ``WAITING_FOR_REMOTE_KVS`` until its workers' connector
+reports the KV received. When the prefill instance never sends it (dead, wedged, its blocks' lease
+expired, a handshake that never completes) every local process looks fine: the EngineCore steps with
+nothing to schedule, the workers poll the connector, no token moves. The local engine is not the
+culprit, and the producer is another deployment this node cannot see: a warning, never a block.
+Facts and file names from vLLM 0.33: ``kv_transfer.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllmdiag.analysis import kv_transfer
+from vllmdiag.analysis.common import finding
+from vllmdiag.analysis.deployments import Deployment
+from vllmdiag.analysis.progress import all_passes, deployment_progress, metric_samples
+from vllmdiag.analysis.stacks import classify_snapshot
+from vllmdiag.model import Culprit, Finding, Snapshot
+from vllmdiag.stack_classes import ENGINE_YIELD, KV_TRANSFER
+
+LAYER = "queue"
+CODES = ("queue.kv_connector", "queue.kv_transfer_waiting")
+
+
+def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+    out: list[Finding] = []
+    for dep in deployments:
+        kv = dep.kv_transfer
+        if not kv:
+            continue
+        out.append(_connector(snapshot, dep, kv))
+        wait = kv_wait(snapshot, dep)
+        if wait is not None:
+            out.append(_waiting(snapshot, dep, kv, wait))
+    return out
+
+
+def kv_wait(snapshot: Snapshot, dep: Deployment) -> dict[str, Any] | None:
+    """The KV-wait evidence of a consumer deployment over every pass (client.py asks it too), or None."""
+    if not kv_transfer.is_consumer(dep):
+        return None
+    passes = all_passes(snapshot)
+    samples = [m for s in passes for m in metric_samples(s, dep)]
+    progress = deployment_progress(passes, [dep])[0]
+    wait = kv_transfer.waiting_for_kv(samples, progress.window_s, dep.kv_transfer.get("role"))
+    if wait is None:
+        return None
+    classes = classify_snapshot(snapshot)
+    polling = sorted(p["pid"] for p in dep.processes if (c := classes.get(p["pid"])) and c.name in (ENGINE_YIELD, KV_TRANSFER))
+    return {**wait, "window_s": progress.window_s, "moved": progress.moved_what[:4], "polling_pids": polling}
+
+
+def _role_words(kv: dict[str, Any]) -> str:
+    role = kv.get("role") or "no kv_role"
+    part = {"kv_consumer": "decode instance", "kv_producer": "prefill instance", "kv_both": "prefill and decode"}
+    return f"{kv['connector']}, {role}" + (f" ({part[role]})" if role in part else "")
+
+
+def _connector(snap: Snapshot, dep: Deployment, kv: dict[str, Any]) -> Finding:
+    side = kv.get("side_channel") or {}
+    bits = [f"P/D disaggregation: {_role_words(kv)}"]
+    if side:
+        state = {True: "listening", False: "NOT listening", None: "not checked"}[side.get("listening")]
+        bits.append(f"NIXL side channel {side.get('address')} {state}")
+    if kv.get("peers"):
+        bits.append("remote peers seen: " + ", ".join(kv["peers"]))
+    return finding("queue.kv_connector", LAYER, "info", snap, dep, "; ".join(bits) + ".", [],
+                   {"connector": kv["connector"], "role": kv.get("role"), "side_channel": side.get("address"),
+                    "side_channel_listening": side.get("listening"), "peers": kv.get("peers", []),
+                    "extra": kv.get("extra", {}), "env": kv.get("env", {})}, [])
+
+
+def _waiting(snap: Snapshot, dep: Deployment, kv: dict[str, Any], wait: dict[str, Any]) -> Finding:
+    peers = kv.get("peers") or []
+    fetch = wait.get("kv_fetch") or {}
+    why = (f"vLLM's own gauge counts {fetch.get('waiting_to_start') or 0:.0f} waiting to start and "
+           f"{fetch.get('in_progress') or 0:.0f} in progress" if wait["source"] == "kv_fetch gauge" else
+           "this vLLM exports no KV-fetch gauge; inferred from the kv_consumer role")
+    loop = ("its engine loop still turns (" + "; ".join(wait["moved"]) + ")") if wait["moved"] else \
+        "nothing local moved either"
+    lease = kv.get("extra", {}).get("kv_lease_duration")
+    msg = (f"{wait['waiting']:.0f} request(s) wait for KV from the prefill side and none runs: no token in "
+           f"{wait['window_s']:.1f} s on this decode instance ({_role_words(kv)}; {why}). {loop.capitalize()}: "
+           "the local EngineCore is waiting, not stuck. The producer is another deployment"
+           + (f" (peers seen: {', '.join(peers)})" if peers else " (no peer connection seen from here)")
+           + ": triage it too.")
+    blame = Culprit(node=peers[0].rsplit(":", 1)[0] if peers else "remote", pid=None, role="kv_producer", rank=None,
+                    title=f"KV producer (prefill instance) via {kv['connector']}",
+                    reason="never delivered the KV its requests wait for (seen from the decode side only)")
+    evidence = {**wait, "connector": kv["connector"], "role": kv.get("role"), "peers": peers,
+                "side_channel": (kv.get("side_channel") or {}).get("address") or "-",
+                "kv_lease_duration_s": lease if lease is not None else 30, "out_of_view": True}
+    return finding("queue.kv_transfer_waiting", LAYER, "warning", snap, dep, msg, [e["pid"] for e in dep.engines],
+                   evidence, [blame])
