@@ -53,7 +53,7 @@ FAULTS: dict[str, str] = {
                      "thread; the request waits, empty steps go on (#54003, #14151)",
     "grammar-load": "back-to-back requests with a JSON schema that compiles in about a second, nothing else: "
                     "requests wait while it compiles, then stream (healthy)",
-    "kv-wait": "P/D decode instance (kv_consumer): requests wait WAITING_FOR_REMOTE_KVS for KV the prefill side never sends (NIXL #53095)",
+    "kv-wait": "P/D decode (kv_consumer): requests wait WAITING_FOR_REMOTE_KVS for KV the prefill never sends (#53095)",
 }
 START_FAULTS = {"shm-small", "init-odd-rank"}  # in place from launch; `inject` cannot add them later
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
@@ -103,7 +103,8 @@ class FaultError(ValueError):
     pass
 
 
-SHAPE_ONLY = {"pp-stage-stuck": "pp", "ep-rank-odd": "ep", "kv-wait": "pd"}  # faults of one deployment shape (vllmdiag_sim.shapes)
+# faults of one deployment shape (vllmdiag_sim.shapes)
+SHAPE_ONLY = {"pp-stage-stuck": "pp", "ep-rank-odd": "ep", "kv-wait": "pd"}
 
 
 def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int | None, shape: str = "serve") -> None:

@@ -25,9 +25,11 @@ from vllmdiag.stack_classes import (
     ENGINE_BLOCKED_FULL_RING,
     ENGINE_BUSY,
     ENGINE_WAITING_WORKERS,
+    ENGINE_YIELD,
     EXECUTING,
     GRAMMAR_BITMASK,
     GRAMMAR_COMPILE,
+    KV_TRANSFER,
     NCCL_INIT,
     SYNC_POINT,
     WRITER_BLOCKED_FULL_RING,
@@ -43,6 +45,9 @@ STEP_CLASSES = (COLLECTIVE, SYNC_POINT, EXECUTING, COMPILING, ENGINE_WAITING_WOR
                 ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING, ENGINE_BUSY, NCCL_INIT, GRAMMAR_COMPILE,
                 GRAMMAR_BITMASK)
 COMPUTE_ROLES = ("engine_core", "worker")
+# A P/D decode instance whose requests wait for remote KV keeps stepping with 0 tokens (vLLM 0.33 core.py
+# _process_engine_step, kv_connector_no_forward): its stack changes between looks, but polling is no movement.
+POLLING = (ENGINE_YIELD, KV_TRANSFER)
 Observation = tuple[StackClass, tuple[Any, ...], str | None]  # class, stop signature, call site
 
 
@@ -206,7 +211,9 @@ def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
             busy.append(f"{names.get(pid, pid)} {last.label}")
         if len(obs) < 2:
             continue
-        if len({sig for _, sig, _ in obs}) > 1:
+        if all(sc.name in POLLING for sc, _, _ in obs):
+            still.append(f"{names.get(pid, pid)} only polled the KV connector ({last.label})")
+        elif len({sig for _, sig, _ in obs}) > 1:
             moved.append(str(names.get(pid, pid)))
         elif last.name in STEP_CLASSES:
             still.append(f"{names.get(pid, pid)} held {last.label} at {last.where}")

@@ -43,14 +43,19 @@ def kv_wait(snapshot: Snapshot, dep: Deployment) -> dict[str, Any] | None:
     if not kv_transfer.is_consumer(dep):
         return None
     passes = all_passes(snapshot)
-    samples = [m for s in passes for m in metric_samples(s, dep)]
+    per_pass = [metric_samples(s, dep) for s in passes]
+    samples = [m for ms in per_pass for m in ms]
     progress = deployment_progress(passes, [dep])[0]
-    wait = kv_transfer.waiting_for_kv(samples, progress.window_s, dep.kv_transfer.get("role"))
+    # The samples' own span: one pass's two /metrics reads, or the whole confirm window across passes.
+    with_samples = [s for s, ms in zip(passes, per_pass, strict=True) if ms]
+    gap = progress.window_s if len(with_samples) > 1 else \
+        float(with_samples[0].data("http").get("sample_gap_s") or 0.0) if with_samples else 0.0
+    wait = kv_transfer.waiting_for_kv(samples, gap, dep.kv_transfer.get("role"))
     if wait is None:
         return None
     classes = classify_snapshot(snapshot)
     polling = sorted(p["pid"] for p in dep.processes if (c := classes.get(p["pid"])) and c.name in (ENGINE_YIELD, KV_TRANSFER))
-    return {**wait, "window_s": progress.window_s, "moved": progress.moved_what[:4], "polling_pids": polling}
+    return {**wait, "window_s": round(gap, 2), "moved": progress.moved_what[:4], "polling_pids": polling}
 
 
 def _role_words(kv: dict[str, Any]) -> str:
@@ -79,11 +84,14 @@ def _waiting(snap: Snapshot, dep: Deployment, kv: dict[str, Any], wait: dict[str
     why = (f"vLLM's own gauge counts {fetch.get('waiting_to_start') or 0:.0f} waiting to start and "
            f"{fetch.get('in_progress') or 0:.0f} in progress" if wait["source"] == "kv_fetch gauge" else
            "this vLLM exports no KV-fetch gauge; inferred from the kv_consumer role")
-    loop = ("its engine loop still turns (" + "; ".join(wait["moved"]) + ")") if wait["moved"] else \
-        "nothing local moved either"
+    polling = wait["polling_pids"]
+    loop = (f"{'pids' if len(polling) > 1 else 'pid'} {', '.join(map(str, polling))} only "
+            f"poll{'' if len(polling) > 1 else 's'} the KV connector (nothing to schedule)" if polling else
+            "its engine loop still turns (" + "; ".join(wait["moved"]) + ")" if wait["moved"] else
+            "no local process is inside a step")
     lease = kv.get("extra", {}).get("kv_lease_duration")
     msg = (f"{wait['waiting']:.0f} request(s) wait for KV from the prefill side and none runs: no token in "
-           f"{wait['window_s']:.1f} s on this decode instance ({_role_words(kv)}; {why}). {loop.capitalize()}: "
+           f"{wait['window_s']:.1f} s on this decode instance ({_role_words(kv)}; {why}). {loop[:1].upper() + loop[1:]}: "
            "the local EngineCore is waiting, not stuck. The producer is another deployment"
            + (f" (peers seen: {', '.join(peers)})" if peers else " (no peer connection seen from here)")
            + ": triage it too.")
