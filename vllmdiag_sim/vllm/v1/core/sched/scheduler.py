@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 from vllmdiag_sim import runtime
-from vllmdiag_sim.vllm.v1.structured_output import is_grammar_ready
 from vllmdiag_sim.vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_scheduler import NixlBaseConnectorScheduler
+from vllmdiag_sim.vllm.v1.structured_output import is_grammar_ready
 
 
 class Scheduler:
