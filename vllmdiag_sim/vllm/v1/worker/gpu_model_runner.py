@@ -22,6 +22,15 @@ from vllmdiag_sim.vllm.v1.worker.kv_connector_model_runner_mixin import KVConnec
 STEP_SECONDS = {"long-step": 2.0, "healthy-slow": 0.4}
 
 
+def forward_pass(scheduler_output: dict[str, Any]) -> bool:
+    """vLLM 0.33 Worker.execute_model: ``total_num_scheduled_tokens > 0``. The busy loop also steps when every
+    request waits (a grammar still compiling, WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR): the rpc ring carries
+    that empty step, the worker skips the PP recv and the runner returns EMPTY_MODEL_RUNNER_OUTPUT. The sim's
+    fault steps (``sim_fault``) and the MoE DP sync (``dp_sync``) stand for scheduled work."""
+    return bool(scheduler_output.get("req_ids")) or scheduler_output.get("sim_fault") is not None \
+        or bool(scheduler_output.get("dp_sync"))
+
+
 def targets_me(fault: dict[str, Any] | None, name: str, rank: int) -> bool:
     return bool(fault) and fault.get("fault") == name and fault.get("rank") == rank  # type: ignore[union-attr]
 
@@ -43,6 +52,8 @@ class GPUModelRunner(KVConnectorModelRunnerMixin):
         if not scheduler_output.get("req_ids") and "kv_connector_metadata" in scheduler_output:
             # vLLM 0.33: no token scheduled but a KV connector: poll it (KV send/recv even with no work)
             return self.kv_connector_no_forward(scheduler_output)
+        if not forward_pass(scheduler_output):
+            return {"req_ids": [], "step": scheduler_output.get("step"), "sampled_token_ids": []}
         fault = scheduler_output.get("sim_fault")
         name = (fault or {}).get("fault")
         if name == "pp-stage-stuck" and (fault or {}).get("rank") == self.pp_rank:

@@ -19,7 +19,7 @@ from vllmdiag_sim.vllm.model_executor.layers.fused_moe.modular_kernel import Fus
 from vllmdiag_sim.vllm.model_executor.layers.fused_moe.prepare_finalize.deepep_ht import DeepEPHTPrepareAndFinalize
 from vllmdiag_sim.vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
 from vllmdiag_sim.vllm.sequence import IntermediateTensors
-from vllmdiag_sim.vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllmdiag_sim.vllm.v1.worker.gpu_model_runner import GPUModelRunner, forward_pass
 
 
 class Worker:
@@ -54,7 +54,7 @@ class Worker:
 
     def execute_model(self, scheduler_output: dict[str, Any]) -> dict[str, Any] | None:
         intermediate_tensors = None
-        if not self.pp_group.is_first_rank:
+        if forward_pass(scheduler_output) and not self.pp_group.is_first_rank:
             tensor_dict, _, _ = self.pp_group.irecv_tensor_dict(all_gather_group=self.tp_group)
             intermediate_tensors = IntermediateTensors(tensor_dict or {})
         output = self.model_runner.execute_model(scheduler_output, intermediate_tensors)
