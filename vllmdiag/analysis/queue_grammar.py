@@ -56,13 +56,14 @@ class GrammarLook:
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     passes = all_passes(snapshot)
     out: list[Finding] = []
-    for dep, p in zip(deployments, deployment_progress(passes, deployments), strict=True):
+    for dep in deployments:
+        seen = [(eng, looks) for eng in dep.engines if (looks := engine_looks(passes, eng["pid"], role_of(eng)))
+                and looks[0]]
+        if not seen:
+            continue  # the common case: no grammar work, no progress to compute (fleet analysis time)
         counts, moved = request_state(passes, dep)
-        window = p.window_s
-        for eng in dep.engines:
-            looks = engine_looks(passes, eng["pid"], role_of(eng))
-            if looks and looks[0]:
-                out.append(_judge(snapshot, dep, eng, looks, counts, moved, window))
+        (p,) = deployment_progress(passes, [dep])
+        out += [_judge(snapshot, dep, eng, looks, counts, moved, p.window_s) for eng, looks in seen]
     return out
 
 
