@@ -106,10 +106,9 @@ class EngineCoreProc:
             self.output_queue.put(outputs)
         if self.scheduler.connector is not None:
             self._publish_kv_fetch()
-        # vLLM 0.33: no model run but scheduler work left (WAITING_FOR_REMOTE_KVS): yield for the
-        # connector's threads. vLLM sleeps 1 ms after any 0-token step; the sim only with a connector (its
-        # other empty steps still run a model forward, the grammar faults' timing), 20 ms to spare the cores.
-        if self.scheduler.connector is not None and not self.model_executed and self.scheduler.has_requests():
+        # vLLM 0.33: no model run but scheduler work left (WAITING_FOR_REMOTE_KVS, a grammar still compiling):
+        # yield for the connector's / grammar's threads. vLLM sleeps 1 ms; the sim 20 ms, to spare the cores.
+        if not self.model_executed and self.scheduler.has_requests():
             time.sleep(KV_YIELD_S)
 
     def _publish_kv_fetch(self) -> None:
