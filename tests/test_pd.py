@@ -191,3 +191,19 @@ def test_a_consumer_whose_requests_wait_for_capacity_is_not_excused() -> None:
     capacity = {**PARKED, "kv_fetch_in_progress": 0.0}  # vLLM says none of them waits for KV
     v = analyze([_snapshot(argv, capacity, TCP)]).verdict
     assert (v.status, v.layer) == ("blocked", "client") and v.culprits[0].pid == 101
+
+
+def test_nixl_counters_are_read_when_exported_and_named_in_the_finding() -> None:
+    text = ('vllm:nixl_num_failed_transfers_total{engine="0"} 3\nvllm:nixl_xfer_time_seconds_count{engine="0"} 40\n'
+            'vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.1"} 40\n')
+    got = parse_metrics(text)
+    assert (got["kv_failed_transfers"], got["kv_transfers"]) == (3, 40) and "kv_expired_requests" not in got
+    assert "kv_failed_transfers" not in parse_metrics("")  # absent stays absent
+
+    from vllmdiag.analysis.engine import analyze
+
+    snap = _snapshot([*SERVE, "--kv-transfer-config", json.dumps(NIXL)], {**PARKED, "kv_transfers": 40.0})
+    first, last = snap.data("http")["servers"][0]["metrics"]
+    first["kv_failed_transfers"], last["kv_failed_transfers"] = 1.0, 3.0
+    v = analyze([snap]).verdict
+    assert "NIXL counts completed transfers 40, failed transfers 1 -> 3" in v.summary, v.summary

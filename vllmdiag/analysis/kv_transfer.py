@@ -129,5 +129,17 @@ def waiting_for_kv(samples: list[dict[str, Any]], gap_s: float, role: str | None
     gauge = any(isinstance(v, (int, float)) for v in stages.values())
     if (gauge and not fetching) or (not gauge and role != "kv_consumer"):
         return None  # they wait for something else (capacity), or the role alone cannot say (kv_both)
+    nixl = {k: [first.get(k), last.get(k)] for k in ("kv_transfers", "kv_failed_transfers", "kv_expired_requests")
+            if isinstance(last.get(k), (int, float))}
     return {"waiting": last["waiting"], "kv_fetch": stages if gauge else None, "gap_s": round(gap_s, 2),
-            "waiting_deferred": last.get("waiting_deferred"), "source": "kv_fetch gauge" if gauge else "kv_role"}
+            "waiting_deferred": last.get("waiting_deferred"), "source": "kv_fetch gauge" if gauge else "kv_role",
+            "nixl": nixl}
+
+
+def nixl_words(nixl: dict[str, list[Any]]) -> str:
+    """NIXL's own counters over the window, for the message ("" when the server exports none)."""
+    names = {"kv_transfers": "completed transfers", "kv_failed_transfers": "failed transfers",
+             "kv_expired_requests": "requests whose KV lease expired"}
+    parts = [f"{names[k]} {a:.0f} -> {b:.0f}" if isinstance(a, (int, float)) and a != b else f"{names[k]} {b:.0f}"
+             for k, (a, b) in nixl.items()]
+    return "NIXL counts " + ", ".join(parts) if parts else ""

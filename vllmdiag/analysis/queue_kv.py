@@ -90,6 +90,8 @@ def _waiting(snap: Snapshot, dep: Deployment, kv: dict[str, Any], wait: dict[str
             "its engine loop still turns (" + "; ".join(wait["moved"]) + ")" if wait["moved"] else
             "no local process is inside a step")
     lease = kv.get("extra", {}).get("kv_lease_duration")
+    nixl = kv_transfer.nixl_words(wait.get("nixl") or {})
+    why += f"; {nixl}" if nixl else ""
     msg = (f"{wait['waiting']:.0f} request(s) wait for KV from the prefill side and none runs: no token in "
            f"{wait['window_s']:.1f} s on this decode instance ({_role_words(kv)}; {why}). {loop[:1].upper() + loop[1:]}: "
            "the local EngineCore is waiting, not stuck. The producer is another deployment"

@@ -23,6 +23,12 @@ SPEC = ProbeSpec(name="http", layer="client", description="API server /health, /
 
 METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
            "vllm:generation_tokens_total": "generation_tokens", "vllm:prompt_tokens_total": "prompt_tokens"}
+# Kept only when the server exports them: NIXL's connector counters (vLLM 0.33
+# kv_connector/v1/nixl/stats.py NixlPromMetrics; prometheus_client adds _total, a histogram's _count counts
+# the completed transfers).
+OPTIONAL = {"vllm:nixl_num_failed_transfers_total": "kv_failed_transfers",
+            "vllm:nixl_num_kv_expired_reqs_total": "kv_expired_requests",
+            "vllm:nixl_xfer_time_seconds_count": "kv_transfers"}
 # Series kept per label value (vLLM 0.33 vllm/v1/metrics/loggers.py): the KV-fetch stages exist only on a
 # kv_consumer (P/D decode instance); "deferred" waiting requests include those parked for remote KV.
 LABELED = {"vllm:num_requests_kv_fetch_by_stage": ("stage", "kv_fetch_", ("waiting_to_start", "in_progress",
@@ -276,7 +282,7 @@ def parse_metrics(text: str) -> dict[str, float | None]:
     sums: dict[str, float | None] = dict.fromkeys(METRICS.values())
     for line in text.splitlines():
         m = _NAME.match(line)
-        key = METRICS.get(m.group(1)) if m else None
+        key = (METRICS.get(m.group(1)) or OPTIONAL.get(m.group(1))) if m else None
         if m is not None and key is None and m.group(1) in LABELED and m.group(2):
             key = _labeled_key(m.group(1), line[m.end():_close_brace(line, m.end() - 1)])
         if m is None or key is None:
