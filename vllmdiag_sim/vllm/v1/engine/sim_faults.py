@@ -68,7 +68,9 @@ class EngineFaults:
         if kind == "DP_STEP":
             executor.execute_model({"req_ids": [], "step": 0, "dp_sync": True})
         elif kind == "KICK":
-            executor.execute_model({"req_ids": [], "step": 0, "sim_fault": self.step_fault})
+            # A headless node's EngineCore asked for a step (its fault needs the whole TP group in one):
+            # a step with scheduled work, so every rank runs the forward pass and its collectives.
+            executor.execute_model({"req_ids": [], "step": 0, "sim_fault": self.step_fault, "kick": True})
         elif kind == "RELAY":
             self._relay(payload)
         elif kind == "rpc-ring-full":

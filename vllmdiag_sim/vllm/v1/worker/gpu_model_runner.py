@@ -26,9 +26,10 @@ def forward_pass(scheduler_output: dict[str, Any]) -> bool:
     """vLLM 0.33 Worker.execute_model: ``total_num_scheduled_tokens > 0``. The busy loop also steps when every
     request waits (a grammar still compiling, WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR): the rpc ring carries
     that empty step, the worker skips the PP recv and the runner returns EMPTY_MODEL_RUNNER_OUTPUT. The sim's
-    fault steps (``sim_fault``) and the MoE DP sync (``dp_sync``) stand for scheduled work."""
+    fault steps (``sim_fault``), the MoE DP sync (``dp_sync``) and a step a headless node's fault asked
+    the leader for (``kick``) stand for scheduled work."""
     return bool(scheduler_output.get("req_ids")) or scheduler_output.get("sim_fault") is not None \
-        or bool(scheduler_output.get("dp_sync"))
+        or bool(scheduler_output.get("dp_sync")) or bool(scheduler_output.get("kick"))
 
 
 def targets_me(fault: dict[str, Any] | None, name: str, rank: int) -> bool:
