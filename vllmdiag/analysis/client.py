@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis import kv_transfer, queue_kv
+from vllmdiag.analysis import queue_kv
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment
 from vllmdiag.model import Culprit, Finding, Snapshot
@@ -80,7 +80,7 @@ def _metrics(snap: Snapshot, dep: Deployment, server: dict[str, Any], gap: float
         busy_below = _engines_waiting_below(snap, engines)
         # A P/D decode instance whose requests wait for remote KV schedules nothing by design: the queue
         # layer names the producer (queue_kv); blaming the local engine here would be the wrong culprit.
-        kv_wait = kv_transfer.is_consumer(dep) and queue_kv.kv_wait(snap, dep) is not None
+        kv_wait = queue_kv.waits_for_kv(snap, dep)
         return [finding("client.requests_stuck_waiting", LAYER, "info" if busy_below or kv_wait else "critical", snap, dep,
                         f"{m1['waiting']:.0f} request(s) wait while none runs and no token was produced in {gap:.2f} s: "
                         + ("they wait for KV from the prefill instance." if kv_wait else "the engine schedules nothing."),

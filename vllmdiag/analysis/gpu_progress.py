@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from vllmdiag.analysis import queue_kv
 from vllmdiag.analysis import shapes as deployment_shapes
 from vllmdiag.analysis.common import culprit, finding
 from vllmdiag.analysis.deployments import Deployment, display_title
@@ -56,7 +57,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     out: list[Finding] = []
     for p, dep in zip(deployment_progress(passes, deployments), deployments, strict=True):
         seen = {pid: (obs[-1][0], obs[-1][2]) for pid, obs in p.observations.items()}
-        if not is_stalled(p) or p.window_s < SEEN_ONCE_S or _waits_for_kv(snapshot, dep):
+        if not is_stalled(p) or p.window_s < SEEN_ONCE_S or queue_kv.waits_for_kv(snapshot, dep):
             out.append(_progress_info(snapshot, dep, p))
             continue
         out += _stalled(snapshot, dep, p, seen, gpus)
@@ -215,19 +216,11 @@ def _nvml_picture(pids: list[int], gpus: dict[int, dict[str, Any]]) -> tuple[dic
     return {"seen": True, "gpus": brief}, ""
 
 
-def _waits_for_kv(snap: Snapshot, dep: Deployment) -> bool:
-    """A P/D decode instance waiting for its producer's KV: the queue layer names that (queue_kv); no
-    GPU-side stall to suspect here."""
-    from vllmdiag.analysis import kv_transfer, queue_kv
-
-    return kv_transfer.is_consumer(dep) and queue_kv.kv_wait(snap, dep) is not None
-
-
 # ---- healthy wording ---------------------------------------------------------------------------
 def _progress_info(snap: Snapshot, dep: Deployment, p: Progress) -> Finding:
     if not p.work_in_flight:
         msg = "Idle: no work in flight (no request running or waiting, rings drained, no step under way)."
-    elif not p.moved and is_stalled(p) and p.window_s >= SEEN_ONCE_S:  # _waits_for_kv: the queue layer says why
+    elif not p.moved and is_stalled(p) and p.window_s >= SEEN_ONCE_S:  # waits_for_kv: the queue layer says why
         msg = f"Work in flight ({'; '.join(p.in_flight)}) and nothing moved in {p.window_s:.1f} s: " + "; ".join(p.still[:4])
     elif not p.moved:  # one look only (an old snapshot, or nothing sampled twice): say so, do not guess
         msg = f"Work in flight ({'; '.join(p.in_flight)}); progress not observed (one sample, no window)."

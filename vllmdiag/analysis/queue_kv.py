@@ -38,6 +38,12 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     return out
 
 
+def waits_for_kv(snapshot: Snapshot, dep: Deployment) -> bool:
+    """A P/D decode instance waiting for its producer's KV: this layer names that, so the client and gpu
+    layers do not blame the local engine for it."""
+    return kv_wait(snapshot, dep) is not None
+
+
 def kv_wait(snapshot: Snapshot, dep: Deployment) -> dict[str, Any] | None:
     """The KV-wait evidence of a consumer deployment over every pass (client.py asks it too), or None."""
     if not kv_transfer.is_consumer(dep):
