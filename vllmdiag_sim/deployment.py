@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,7 +29,26 @@ READY_TIMEOUT_S = 30.0
 
 
 class SimError(RuntimeError):
-    pass
+    """A simulated deployment failed; the message's first line names the launcher's own error.
+
+    The CLI prints only an error's first line, so "did not start:" with the log tail after it read as
+    "did not start:" and nothing else."""
+
+    def __init__(self, what: str, log_tail: str | None = None) -> None:
+        if log_tail is None:
+            super().__init__(what)
+        else:
+            super().__init__(f"{what}: {_first_error_line(log_tail)}\n{log_tail}".rstrip())
+
+
+def _first_error_line(log_tail: str) -> str:
+    """The root cause in a launcher's last lines: the first `SomeError: ...` line (later ones are
+    consequences, e.g. "Engine core initialization failed. See root cause above")."""
+    lines = [ln.strip() for ln in log_tail.splitlines() if ln.strip()]
+    for line in lines:
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", line):
+            return line[:300]
+    return lines[-1][:300] if lines else "no output from the launcher"
 
 
 def state_root() -> Path:
@@ -181,7 +201,7 @@ class Deployment:
             if self._popen.poll() is not None:
                 break
             time.sleep(0.05)
-        raise SimError(f"simulated deployment {self.id} did not reach the init hang:\n{self.log_tail()}")
+        raise SimError(f"simulated deployment {self.id} did not reach the init hang", self.log_tail())
 
     def _launch(self, model: str, port: int, extra_env: dict[str, str] | None = None) -> None:
         argv = [sys.executable, str(BIN_VLLM), "serve", model, "--tensor-parallel-size", str(self.tp)]
@@ -214,7 +234,7 @@ class Deployment:
             self.processes = procs.discover([self.launcher_pid]) or self.processes
             self.save()
             if self._popen.poll() is not None or time.monotonic() > deadline:
-                raise SimError(f"simulated deployment {self.id} did not start:\n{self.log_tail()}")
+                raise SimError(f"simulated deployment {self.id} did not start", self.log_tail())
             time.sleep(0.05)
         api = runtime.read_json(self.path / "api.json") or {}
         self.http_port = api.get("http_port")
