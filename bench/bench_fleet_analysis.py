@@ -20,8 +20,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from vllmdiag.analysis.engine import analyze_snapshot  # noqa: E402
-from vllmdiag.analysis.fleet.engine import analyze_fleet  # noqa: E402
+from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet  # noqa: E402
+from vllmdiag.analysis.bisect import analyze_snapshot  # noqa: E402
 from vllmdiag.api import collect  # noqa: E402
 from vllmdiag.model import Snapshot  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from vllmdiag.analysis.engine import analyze
+from vllmdiag.analysis.bisect import analyze
 from vllmdiag.model import Report, Snapshot
 
 

@@ -14,9 +14,9 @@ import pytest
 from rich.console import Console
 from test_http_probe import api_proc, collect_http, start_server
 
-from vllmdiag.analysis import client
-from vllmdiag.analysis.deployments import find_deployments
-from vllmdiag.analysis.engine import analyze as analyze_report
+from vllmdiag.analysis.bisect import analyze as analyze_report
+from vllmdiag.analysis.layers.client import requests as client
+from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.api import triage
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.render import client_view

@@ -7,9 +7,9 @@ import pkgutil
 import re
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-import vllmdiag.analysis as analysis_pkg
-from vllmdiag.analysis.engine import layer_analyzers
+from vllmdiag.analysis.contract import analyzers, layer_analyzers
 from vllmdiag.model import LAYERS
 from vllmdiag.playbook import load_playbooks
 from vllmdiag.probe import PROBE_LAYERS
@@ -18,15 +18,15 @@ from vllmdiag.registry import discover
 EMIT = re.compile(r"""finding\(\s*["']([a-z_]+\.[a-z_]+)["']""")
 
 
-def _analysis_modules() -> list[object]:
-    import vllmdiag.analysis.fleet as fleet_pkg
+def _analysis_modules() -> list[Any]:
+    """The layer analyzers (found by folder) and the cross-node modules that emit codes."""
+    import vllmdiag.analysis.across_nodes as across_pkg
 
-    out = []
-    for pkg in (analysis_pkg, fleet_pkg):
-        for info in pkgutil.iter_modules(pkg.__path__):
-            module = importlib.import_module(f"{pkg.__name__}.{info.name}")
-            if hasattr(module, "CODES"):
-                out.append(module)
+    out: list[Any] = list(analyzers())
+    for info in pkgutil.iter_modules(across_pkg.__path__):
+        module = importlib.import_module(f"{across_pkg.__name__}.{info.name}")
+        if hasattr(module, "CODES"):
+            out.append(module)
     return out
 
 
@@ -45,7 +45,7 @@ def test_every_analyzer_declares_its_layer_and_codes() -> None:
     assert modules
     for m in modules:
         assert getattr(m, "LAYER", "process") in LAYERS
-        codes = m.CODES  # type: ignore[attr-defined]
+        codes = m.CODES
         assert codes and all(c.count(".") == 1 for c in codes)
     assert [layer for layer, _ in layer_analyzers()][0] == "process"
 
@@ -53,8 +53,8 @@ def test_every_analyzer_declares_its_layer_and_codes() -> None:
 def test_every_emitted_code_is_declared_and_has_a_playbook() -> None:
     books = load_playbooks()
     for m in _analysis_modules():
-        declared = set(m.CODES)  # type: ignore[attr-defined]
-        source = Path(m.__file__).read_text()  # type: ignore[attr-defined]
+        declared = set(m.CODES)
+        source = Path(m.__file__).read_text()
         emitted = set(EMIT.findall(source))
         assert emitted <= declared, f"{m.__name__} emits undeclared codes {emitted - declared}"
         missing = declared - set(books)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from vllmdiag import errors
-from vllmdiag.analysis.stacks import StackRulesError
+from vllmdiag.analysis.views.stack_match import StackRulesError
 from vllmdiag.cli_errors import UsageError
 from vllmdiag.infile import InputError
 from vllmdiag.model import SnapshotError

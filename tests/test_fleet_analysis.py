@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vllmdiag.analysis.fleet.engine import analyze_fleet
+from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 from vllmdiag.api import analyze_files, collect
 from vllmdiag.fleet.api import FleetResult, save
 from vllmdiag.model import NodeOutcome, Snapshot

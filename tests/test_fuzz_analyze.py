@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllmdiag.analysis.engine import analyze
+from vllmdiag.analysis.bisect import analyze
 from vllmdiag.api import snapshots_from_json
 from vllmdiag.model import SnapshotError
 

@@ -16,7 +16,7 @@ from conftest import _COUNTER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllmdiag.analysis.engine import analyze
+from vllmdiag.analysis.bisect import analyze
 from vllmdiag.api import snapshots_from_json
 from vllmdiag.model import Report, SnapshotError
 from vllmdiag.outfile import OutputError, write_output

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllmdiag.analysis.gpu import fold
+from vllmdiag.analysis.views.rank_compare import fold
 
 NodeSet = __import__("ClusterShell.NodeSet", fromlist=["NodeSet"]).NodeSet
 

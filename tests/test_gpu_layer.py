@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis.engine import analyze
-from vllmdiag.analysis.gpu import fold
+from vllmdiag.analysis.bisect import analyze
+from vllmdiag.analysis.views.rank_compare import fold
 from vllmdiag.model import ProbeResult, Snapshot
 
 spec = importlib.util.spec_from_file_location("fake_rank", Path(__file__).parent / "data" / "stacks" / "fake_rank.py")

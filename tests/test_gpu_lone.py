@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.analysis.engine import analyze
+from vllmdiag.analysis.bisect import analyze
 from vllmdiag.model import Snapshot
 
 SNAP = Path(__file__).parent / "data" / "vllm-real" / "snap-g-output-rank-stuck.json"

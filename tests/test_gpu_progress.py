@@ -1,4 +1,4 @@
-"""Hangs with no odd one out, judged over the confirm window (analysis/gpu_progress.py).
+"""Hangs with no odd one out, judged over the confirm window (analysis/layers/gpu/stall.py).
 
 Snapshots carry vLLM 0.33's frames (vllm-internals 5.2-5.4) with a quick pass and follow-up passes, as
 triage stores them; each case is also checked through a JSON round trip (what `analyze` of a file sees).
@@ -11,7 +11,7 @@ from typing import Any
 
 from judged import judged
 
-from vllmdiag.analysis.engine import Report
+from vllmdiag.analysis.bisect import Report
 from vllmdiag.model import ProbeResult, Snapshot
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -159,7 +159,7 @@ def test_all_gatherv_against_all_reduce_is_a_collective_mismatch() -> None:
 
 
 def test_moe_dispatch_is_a_collective() -> None:
-    from vllmdiag.analysis.stacks import classify_frames
+    from vllmdiag.analysis.views.stack_match import classify_frames
 
     frames = [("dispatch", "vllm/distributed/device_communicators/all2all.py", 10),
               ("forward", "vllm/model_executor/layers/fused_moe/layer.py", 20)]

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis import handshake
-from vllmdiag.analysis.deployments import find_deployments
-from vllmdiag.analysis.engine import analyze as analyze_report
+from vllmdiag.analysis.bisect import analyze as analyze_report
+from vllmdiag.analysis.layers.handshake import startup as handshake
+from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.api import triage
 from vllmdiag.model import ProbeResult, Snapshot
 

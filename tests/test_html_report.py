@@ -184,7 +184,7 @@ REAL = Path(__file__).parent / "data" / "vllm-real" / "snap-d-worker-tp1-sigstop
 def _real_report() -> Any:
     import json
 
-    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.bisect import analyze
     from vllmdiag.api import snapshots_from_json
 
     return analyze(snapshots_from_json(json.loads(REAL.read_text()), "real"))

@@ -2,9 +2,11 @@
 analysis -> Report -> render, read from every ``import`` statement of the product (module level and
 inside functions: a lazy import is still a door).
 
-Fails on an arrow from the probes to analysis/render/fleet/gate/the CLI, from render to analysis/fleet/
-gate/the CLI, from the model to anything but itself, from anything to the simulator outside the sim/demo
-entry points, from a library to the CLI, and on any import cycle between modules.
+Rules by folder: fails on an arrow from the probes to analysis/render/fleet/gate/the CLI, from render to
+analysis/fleet/gate/the CLI, from the model to anything but itself, from a derived view
+(``analysis/views/``) to an analyzer or the engines, from anything to an analyzer
+(``analysis/layers/<layer>/``: found by folder, never imported by hand), from anything to the simulator
+outside the sim/demo entry points, from a library to the CLI, and on any import cycle between modules.
 """
 
 from __future__ import annotations
@@ -37,10 +39,14 @@ FORBIDDEN = {
                                                        "runner", "context", "playbook", "registry")),
     "vllmdiag.analysis": ("vllmdiag.render", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli", "vllmdiag.api",
                           "vllmdiag.probes", "vllmdiag.runner"),
+    # A view is derived data, never a finding: it reads views, the model and the stack rules only.
+    "vllmdiag.analysis.views": tuple(f"vllmdiag.analysis.{p}" for p in ("layers", "across_nodes", "bisect", "contract",
+                                                                        "report_model", "verdict_writer")),
     "vllmdiag.api": ("vllmdiag.render", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli"),
     "vllmdiag.fleet": ("vllmdiag.render", "vllmdiag.cli"),
     "vllmdiag.gate": ("vllmdiag.render", "vllmdiag.fleet", "vllmdiag.cli"),
 }
+ANALYZERS = "vllmdiag.analysis.layers"  # analysis/contract.py finds them by folder
 # Known edges that wait for another change to land, each with the reason. Empty is the goal.
 ALLOWED: set[tuple[str, str]] = set()
 
@@ -120,6 +126,8 @@ def wrong_way(edges: dict[str, set[str]]) -> list[str]:
             for prefix, forbidden in FORBIDDEN.items():
                 if _under(src, prefix) and any(_under(dst, f) for f in forbidden):
                     bad.append(f"{src} -> {dst}")
+            if _under(dst, ANALYZERS):
+                bad.append(f"{src} -> {dst} (an analyzer is found by folder, never imported by hand)")
             if dst.split(".")[0] == "vllmdiag_sim":
                 bad.append(f"{src} -> {dst} (the simulator is imported only by the sim/demo entry points)")
             if is_face(dst):
@@ -166,7 +174,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_sees_the_imports() -> None:
     edges = graph()
-    assert "vllmdiag.model" in edges["vllmdiag.analysis.engine"]  # module level
+    assert "vllmdiag.model" in edges["vllmdiag.analysis.bisect"]  # module level
     assert "vllmdiag.collect_cli" in edges["vllmdiag.cli"]  # inside a function
     assert len(edges) > 100
 
@@ -180,8 +188,32 @@ def test_no_import_cycles() -> None:
 
 
 def test_the_checks_can_fail() -> None:
-    assert wrong_way({"vllmdiag.probes.stacks": {"vllmdiag.analysis.gpu"}}) == ["vllmdiag.probes.stacks -> vllmdiag.analysis.gpu"]
+    assert wrong_way({"vllmdiag.probes.stacks": {"vllmdiag.analysis.views.progress"}}) == [
+        "vllmdiag.probes.stacks -> vllmdiag.analysis.views.progress"]
+    assert wrong_way({"vllmdiag.analysis.views.progress": {"vllmdiag.analysis.bisect"}}) == [
+        "vllmdiag.analysis.views.progress -> vllmdiag.analysis.bisect"]
+    hand = "vllmdiag.analysis.layers.queue.grammar"
+    assert wrong_way({"vllmdiag.api": {hand}, "vllmdiag.analysis.layers.client.requests": {hand}}) == [
+        f"vllmdiag.analysis.layers.client.requests -> {hand} (an analyzer is found by folder, never imported by hand)",
+        f"vllmdiag.api -> {hand} (an analyzer is found by folder, never imported by hand)"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_module_in_a_layer_folder_is_an_analyzer_and_no_view_is() -> None:
+    """``analysis/layers/<layer>/`` holds analyzers only (LAYER = its folder, CODES, analyze); a view
+    (``analysis/views/``) declares no codes and emits no finding; every analyzer is discovered."""
+    from vllmdiag.analysis.contract import analyzers
+    from vllmdiag.model import LAYERS
+
+    layers = ROOT / PRODUCT / "analysis" / "layers"
+    assert sorted(p.name for p in layers.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(LAYERS)
+    files = {f"{PRODUCT}.analysis.layers.{f.parent.name}.{f.stem}" for f in layers.glob("*/*.py") if f.stem != "__init__"}
+    assert {m.__name__ for m in analyzers()} == files
+    for f in (ROOT / PRODUCT / "analysis" / "views").glob("*.py"):
+        names = {t.id for n in ast.parse(f.read_text(encoding="utf-8")).body if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Name)}
+        defs = {n.name for n in ast.parse(f.read_text(encoding="utf-8")).body if isinstance(n, ast.FunctionDef)}
+        assert not ({"CODES", "LAYER"} & names or "analyze" in defs), f"{f.name} is a view: it makes no finding"
 
 
 def test_ship_bundle_holds_the_collect_path_only() -> None:

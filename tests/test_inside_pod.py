@@ -137,8 +137,8 @@ def snapshot_of(report: dict[str, Any]) -> Any:
 # ---- the tests -----------------------------------------------------------------------------------
 @needs_pod
 def test_gpu_picture_lands_on_the_workers_not_on_processes_with_the_host_pid_numbers() -> None:
-    from vllmdiag.analysis.nvml_pids import INIT_PID_NS, pid_map
-    from vllmdiag.analysis.shapes import gpu_index_by_pid
+    from vllmdiag.analysis.views.deployment_shapes import gpu_index_by_pid
+    from vllmdiag.analysis.views.nvml_pids import INIT_PID_NS, pid_map
 
     with pod("own") as p:
         report = triage_inside(p, gpus_for(p))
@@ -162,7 +162,7 @@ def test_gpu_picture_lands_on_the_workers_not_on_processes_with_the_host_pid_num
 
 @needs_pod
 def test_gpus_held_by_every_worker_are_the_deployments_but_no_ones_alone() -> None:
-    from vllmdiag.analysis.nvml_pids import pid_map
+    from vllmdiag.analysis.views.nvml_pids import pid_map
 
     with pod("all") as p:
         report = triage_inside(p, gpus_for(p))
@@ -194,7 +194,7 @@ def nvml_with(pids: dict[int, list[int]], holders: dict[int, list[int]] | None, 
 
 
 def test_old_snapshots_and_the_hosts_namespace_read_nvml_pids_as_ours() -> None:
-    from vllmdiag.analysis.nvml_pids import INIT_PID_NS, pid_map
+    from vllmdiag.analysis.views.nvml_pids import INIT_PID_NS, pid_map
 
     procs = [{"pid": 4242, "nspid": [4242, 17]}]
     for ns in (None, {**POD_NS, "proc_1": INIT_PID_NS}):
@@ -203,7 +203,7 @@ def test_old_snapshots_and_the_hosts_namespace_read_nvml_pids_as_ours() -> None:
 
 
 def test_an_unreadable_pid_1_falls_back_on_our_own_namespace() -> None:
-    from vllmdiag.analysis.nvml_pids import INIT_PID_NS, pid_map
+    from vllmdiag.analysis.views.nvml_pids import INIT_PID_NS, pid_map
     from vllmdiag.probes._gpu_fds import not_the_hosts
 
     inside = {"self": POD_NS["self"], "proc_1": None, "self_nspid": [40]}  # pid 1 another user's
@@ -213,7 +213,7 @@ def test_an_unreadable_pid_1_falls_back_on_our_own_namespace() -> None:
 
 
 def test_the_probe_and_the_analysis_agree_on_the_hosts_namespace() -> None:
-    from vllmdiag.analysis import nvml_pids
+    from vllmdiag.analysis.views import nvml_pids
     from vllmdiag.probes import _gpu_fds
 
     assert nvml_pids.INIT_PID_NS == _gpu_fds.INIT_PID_NS == f"pid:[{0xEFFFFFFC}]"
@@ -221,7 +221,7 @@ def test_the_probe_and_the_analysis_agree_on_the_hosts_namespace() -> None:
 
 
 def test_inside_a_pod_numbers_that_are_local_holders_of_their_gpu_are_ours() -> None:
-    from vllmdiag.analysis.nvml_pids import pid_map
+    from vllmdiag.analysis.views.nvml_pids import pid_map
 
     m = pid_map(nvml_with({0: [12], 1: [13]}, {12: [0, 1], 13: [0, 1]}), [])
     assert m.gpu_of == {12: 0, 13: 1} and m.notes == []  # a driver that translated: every pid checks out
@@ -230,7 +230,7 @@ def test_inside_a_pod_numbers_that_are_local_holders_of_their_gpu_are_ours() -> 
 
 
 def test_a_sole_holder_of_two_gpus_named_by_two_host_pids_is_neither() -> None:
-    from vllmdiag.analysis.nvml_pids import pid_map
+    from vllmdiag.analysis.views.nvml_pids import pid_map
 
     m = pid_map(nvml_with({0: [9000], 1: [9001]}, {12: [0, 1]}), [])
     assert m.gpu_of == {} and m.held_by == {0: [12], 1: [12]} and "GPU0: held by local pid(s) 12" in m.notes[0]
@@ -239,7 +239,7 @@ def test_a_sole_holder_of_two_gpus_named_by_two_host_pids_is_neither() -> None:
 
 
 def test_a_sole_holder_is_not_sole_when_some_fds_were_unreadable() -> None:
-    from vllmdiag.analysis.nvml_pids import pid_map
+    from vllmdiag.analysis.views.nvml_pids import pid_map
 
     nvml = nvml_with({0: [9000]}, {12: [0]})
     nvml["device_fds"]["unreadable_pids"] = [13]  # another user's process: it may hold GPU0 as well
@@ -248,7 +248,7 @@ def test_a_sole_holder_is_not_sole_when_some_fds_were_unreadable() -> None:
 
 
 def test_blind_inside_a_pod_attributes_nothing_and_names_the_fix() -> None:
-    from vllmdiag.analysis.nvml_pids import pid_map
+    from vllmdiag.analysis.views.nvml_pids import pid_map
 
     m = pid_map(nvml_with({0: [9000]}, None), [{"pid": 9000}])  # pid 9000 here is NOT the GPU's
     assert m.mode == "blind" and m.gpu_of == {} and "hostPID: true" in m.notes[0]

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.analysis.engine import analyze
+from vllmdiag.analysis.bisect import analyze
 from vllmdiag.context import Context
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probes import kmsg

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis import kv_transfer
-from vllmdiag.analysis.stacks import classify_threads
+from vllmdiag.analysis.views import kv_transfer
+from vllmdiag.analysis.views.stack_match import classify_threads
 from vllmdiag.probes.http import parse_metrics
 from vllmdiag.redact import redact_argv
 from vllmdiag.stack_classes import ENGINE_BUSY, ENGINE_YIELD, EXECUTING, KV_TRANSFER
@@ -164,14 +164,14 @@ TCP = [{"local": "10.0.0.7:5600", "remote": "0.0.0.0:0", "state": "LISTEN", "pid
 
 
 def test_without_a_connector_waiting_requests_still_blame_the_engine() -> None:
-    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.bisect import analyze
 
     v = analyze([_snapshot(SERVE, {"waiting": 3.0})]).verdict
     assert (v.status, v.layer) == ("blocked", "client") and v.culprits[0].pid == 101
 
 
 def test_a_decode_instance_waiting_for_kv_is_degraded_with_the_producer_named_not_the_engine() -> None:
-    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.bisect import analyze
 
     argv = [*SERVE, "--kv-transfer-config", json.dumps(NIXL)]
     report = analyze([_snapshot(argv, PARKED, TCP)])
@@ -185,7 +185,7 @@ def test_a_decode_instance_waiting_for_kv_is_degraded_with_the_producer_named_no
 
 
 def test_a_consumer_whose_requests_wait_for_capacity_is_not_excused() -> None:
-    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.bisect import analyze
 
     argv = [*SERVE, "--kv-transfer-config", json.dumps(NIXL)]
     capacity = {**PARKED, "kv_fetch_in_progress": 0.0}  # vLLM says none of them waits for KV
@@ -200,7 +200,7 @@ def test_nixl_counters_are_read_when_exported_and_named_in_the_finding() -> None
     assert (got["kv_failed_transfers"], got["kv_transfers"]) == (3, 40) and "kv_expired_requests" not in got
     assert "kv_failed_transfers" not in parse_metrics("")  # absent stays absent
 
-    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.bisect import analyze
 
     snap = _snapshot([*SERVE, "--kv-transfer-config", json.dumps(NIXL)], {**PARKED, "kv_transfers": 40.0})
     first, last = snap.data("http")["servers"][0]["metrics"]

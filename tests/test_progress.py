@@ -1,4 +1,4 @@
-"""Progress over passes (analysis/progress.py) on snapshots of the real vLLM 0.33 code."""
+"""Progress over passes (analysis/views/progress.py) on snapshots of the real vLLM 0.33 code."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
-from vllmdiag.analysis.stacks import StackClass, call_site, stop_signature
+from vllmdiag.analysis.views.progress import all_passes, deployment_progress, is_stalled
+from vllmdiag.analysis.views.stack_match import StackClass, call_site, stop_signature
 from vllmdiag.model import Snapshot
 
 REAL = Path(__file__).parent / "data" / "vllm-real"
@@ -149,7 +149,7 @@ def test_stacks_probe_selects_whole_trees_and_orphans_by_process_group_without_a
 
 
 def test_confirm_window_stops_as_soon_as_something_moves_and_records_what_it_watched() -> None:
-    from vllmdiag import confirm
+    from vllmdiag import second_look as confirm
 
     first = later(_snap("g"), 0.0, tokens=10)
     seen_options: list[dict[str, Any]] = []

@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis import queue_grammar
-from vllmdiag.analysis.engine import analyze
-from vllmdiag.analysis.stacks import classify_threads
+from vllmdiag.analysis.bisect import analyze
+from vllmdiag.analysis.layers.queue import grammar as queue_grammar
+from vllmdiag.analysis.views.grammar_looks import grammar_threads
+from vllmdiag.analysis.views.stack_match import classify_threads
 from vllmdiag.api import triage
 from vllmdiag.model import Snapshot
 from vllmdiag.stack_classes import ENGINE_YIELD, EXECUTING, GRAMMAR_BITMASK, GRAMMAR_COMPILE, IDLE
@@ -71,10 +72,10 @@ def test_compile_thread_speaks_over_the_busy_loop_but_not_over_a_step() -> None:
     # TP=1: MainThread runs the (empty) model step itself; the step speaks, yet the pool thread is still found
     step = [th("MainThread", UNIPROC_STEP), th(POOL, XGRAMMAR_COMPILE)]
     assert classify_threads(step, "engine_core").name == EXECUTING
-    (g,) = queue_grammar.grammar_threads(step, "engine_core")
+    (g,) = grammar_threads(step, "engine_core")
     assert (g.thread, g.backend) == (POOL, "xgrammar") and g.frame and "compile_json_schema" in g.frame
-    assert [g.backend for g in queue_grammar.grammar_threads([th(POOL, GUIDANCE_COMPILE)], None)] == ["guidance"]
-    assert queue_grammar.grammar_threads([th(POOL, POOL_IDLE)], "engine_core") == []
+    assert [g.backend for g in grammar_threads([th(POOL, GUIDANCE_COMPILE)], None)] == ["guidance"]
+    assert grammar_threads([th(POOL, POOL_IDLE)], "engine_core") == []
 
 
 # ---- queue.grammar_stuck on the real TP=4 deployment ----------------------------------------------

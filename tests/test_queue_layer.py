@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from test_rings_probe import DEV_SHM, collect, deployment_spec, segments_fixture, tree_fixture  # noqa: F401
 
-from vllmdiag.analysis import queue
-from vllmdiag.analysis.deployments import find_deployments
-from vllmdiag.analysis.engine import analyze, decide
+from vllmdiag.analysis.bisect import analyze, decide
+from vllmdiag.analysis.layers.queue import ring_flow as queue
+from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.model import Finding, Snapshot
 from vllmdiag.playbook import load_playbooks, next_steps_for
 

@@ -126,7 +126,7 @@ def _without_sockets(saved: Any, jobs: dict[str, str]) -> list[Any]:
 
 @on_sim_nodes
 def test_without_sockets_the_ray_job_of_one_cluster_ties_them_and_another_job_does_not(swept: dict[str, Any]) -> None:
-    from vllmdiag.analysis.fleet.engine import analyze_fleet
+    from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 
     same = analyze_fleet(_without_sockets(swept["saved"], {"gpu00": "01000000", "gpu01": "01000000"}))
     assert [g.nodes for g in same.fleet.groups] == [["gpu00", "gpu01"]] if same.fleet else False
@@ -200,13 +200,13 @@ def synthetic(b_engine_addr: str = "10.0.0.1:5000", b_stacks: tuple[Any, Any] = 
 
 
 def test_a_remote_reader_waiting_for_work_is_idle_not_in_a_collective() -> None:
-    from vllmdiag.analysis.stacks import classify_threads
+    from vllmdiag.analysis.views.stack_match import classify_threads
 
     assert classify_threads(REMOTE_IDLE, "worker").name == "idle"
 
 
 def test_synthetic_cluster_names_the_straggler_on_node_b_by_its_global_rank() -> None:
-    from vllmdiag.analysis.fleet.engine import analyze_fleet
+    from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 
     rep = analyze_fleet(synthetic())
     assert rep.fleet is not None and [g.nodes for g in rep.fleet.groups] == [["gpu00", "gpu01"]]
@@ -214,7 +214,7 @@ def test_synthetic_cluster_names_the_straggler_on_node_b_by_its_global_rank() ->
 
 
 def test_workers_tied_to_an_engine_that_was_not_swept_stay_unjudged() -> None:
-    from vllmdiag.analysis.fleet.engine import analyze_fleet
+    from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 
     rep = analyze_fleet(synthetic(b_engine_addr="10.0.0.9:5000", b_stacks=(REMOTE_IDLE, REMOTE_IDLE)))
     assert rep.fleet is not None and rep.fleet.groups == []
@@ -225,8 +225,8 @@ def test_workers_tied_to_an_engine_that_was_not_swept_stay_unjudged() -> None:
 
 
 def test_an_engine_whose_ranks_all_run_on_other_nodes_is_answered_by_the_sweep() -> None:
-    from vllmdiag.analysis.engine import analyze
-    from vllmdiag.analysis.fleet.engine import analyze_fleet
+    from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
+    from vllmdiag.analysis.bisect import analyze
 
     idle = {"a_ranks": 0, "b_stacks": (REMOTE_IDLE, REMOTE_IDLE), "engine_stack": ENGINE_IDLE}
     alone = analyze(synthetic(**idle)[:1])
@@ -239,7 +239,7 @@ def test_an_engine_whose_ranks_all_run_on_other_nodes_is_answered_by_the_sweep()
 
 
 def test_the_engine_node_blind_to_some_sockets_says_elsewhere_or_gone_is_unknown() -> None:
-    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.bisect import analyze
 
     a = synthetic(engine_stack=ENGINE_IDLE, b_stacks=(REMOTE_IDLE, REMOTE_IDLE))[0]
     a.probes["sockets"].data["unreadable_pids"] = [22]
@@ -253,13 +253,13 @@ def test_the_engine_node_blind_to_some_sockets_says_elsewhere_or_gone_is_unknown
 
 
 def test_pipeline_stages_on_the_worker_node_get_vllm_global_ranks() -> None:
-    from vllmdiag.analysis.fleet.engine import analyze_fleet
+    from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 
     rep = analyze_fleet(synthetic(engine_stack=ENGINE_IDLE, b_stacks=(REMOTE_IDLE, REMOTE_IDLE), sizes="-tp 2 -pp 2"))
     b = sorted((p.ranks.get("pp"), p.ranks.get("tp")) for d in rep.deployments if d.node == "gpu01"
                for p in d.processes if p.role == "worker")
     assert b == [(1, 0), (1, 1)], b  # ranks 2-3 of PP=2 x TP=2: stage 1
-    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.bisect import analyze
 
     alone = analyze(synthetic(engine_stack=ENGINE_IDLE, b_stacks=(REMOTE_IDLE, REMOTE_IDLE), sizes="-tp 2 -pp 2")[:1])
     elsewhere = [f for f in alone.findings if f.code == "process.ranks_elsewhere"]

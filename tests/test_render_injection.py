@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis.engine import analyze
+from vllmdiag.analysis.bisect import analyze
 from vllmdiag.api import snapshots_from_json
 from vllmdiag.render.files import to_html, to_markdown
 from vllmdiag.render.safe import clean, md_escape

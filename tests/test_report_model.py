@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from vllmdiag.analysis.fleet.engine import analyze_fleet
+from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 from vllmdiag.api import analyze_files, load_snapshots
 from vllmdiag.model import NodeOutcome, Report, SnapshotError
 from vllmdiag.render.screen import draw

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis.deployments import find_deployments
-from vllmdiag.analysis.engine import analyze
-from vllmdiag.analysis.shapes import gpu_index_by_pid, parent_kind
+from vllmdiag.analysis.bisect import analyze
+from vllmdiag.analysis.views.deployment_shapes import gpu_index_by_pid, parent_kind
+from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probes._procfs import read_cmdline
 from vllmdiag.titles import parse_cmdline
@@ -171,7 +171,7 @@ def test_ray_engine_without_visible_workers_is_never_healthy() -> None:
 
 
 def test_ray_compiled_dag_engine_wait_is_recognised() -> None:
-    from vllmdiag.analysis.stacks import classify_threads
+    from vllmdiag.analysis.views.stack_match import classify_threads
 
     assert classify_threads(RAY_DAG_WAIT, "engine_core").name == "engine_waiting_workers"
     idle = frames(("read", "ray/experimental/channel/shared_memory_channel.py"),

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from test_shapes import DP_SYNC, ENGINE_IDLE, EXECUTING, IDLE  # one picture of vLLM's stacks
 
-from vllmdiag.analysis.deployments import find_deployments
-from vllmdiag.analysis.engine import analyze
-from vllmdiag.analysis.gpu_dp_world import dp_worlds, membership, parse_dp_args
-from vllmdiag.analysis.second_look import resample_pids
+from vllmdiag.analysis.bisect import analyze
+from vllmdiag.analysis.contract import second_look_pids
+from vllmdiag.analysis.views.deployments import find_deployments
+from vllmdiag.analysis.views.dp_worlds import dp_worlds, membership, parse_dp_args
 from vllmdiag.model import ProbeResult, Snapshot
 
 API = "/usr/bin/python3 /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V2-Lite -tp 2"
@@ -164,7 +164,7 @@ def test_a_split_inside_one_deployment_is_left_to_gpu_groups_but_unseen_ranks_ar
 
 
 def test_second_look_includes_the_waiter_and_the_out_of_step_rank() -> None:
-    assert {103, 202} <= set(resample_pids(external([IDLE, IDLE])))
+    assert {103, 202} <= set(second_look_pids(external([IDLE, IDLE])))
 
 
 def test_only_the_chosen_deployment_gets_a_finding_but_sees_the_whole_world() -> None:
@@ -228,7 +228,7 @@ def node_snap(node: str, procs: list[dict[str, Any]], stacks: dict[int, Any], ag
 
 
 def test_dp_world_over_two_nodes_names_the_out_of_step_rank_and_its_node() -> None:
-    from vllmdiag.analysis.fleet.engine import analyze_fleet
+    from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 
     flags = "-dp 2 -dpa 10.0.0.5 -dpp 13345"
     a = node_snap("gpu01", rank_tree(100, 0, f"{flags} -dpn 0"), {102: ENGINE_IDLE, 103: DP_SYNC, 104: DP_SYNC},
@@ -245,7 +245,7 @@ def test_dp_world_over_two_nodes_names_the_out_of_step_rank_and_its_node() -> No
 
 
 def test_loopback_dp_address_never_joins_nodes() -> None:
-    from vllmdiag.analysis.fleet.engine import analyze_fleet
+    from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 
     a = node_snap("gpu01", rank_tree(100, 0, "-dp 2 -dpn 0"), {102: ENGINE_IDLE, 103: DP_SYNC, 104: DP_SYNC})
     b = node_snap("gpu02", rank_tree(100, 1, "-dp 2 -dpn 1"), {102: ENGINE_IDLE, 103: IDLE, 104: IDLE})

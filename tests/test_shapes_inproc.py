@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from judged import judged
 
-from vllmdiag.analysis.deployments import find_deployments
-from vllmdiag.analysis.engine import analyze
+from vllmdiag.analysis.bisect import analyze
+from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probes import _inproc
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from judged import judged
 
-from vllmdiag.analysis.engine import Report, analyze
+from vllmdiag.analysis.bisect import Report, analyze
 from vllmdiag.model import ProbeResult, Snapshot
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -193,7 +193,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the simulator's deplo
 
 @needs_root
 def test_sim_pp_shape_titles_ranks_and_output_rank_like_vllm() -> None:
-    from vllmdiag.analysis.deployments import find_deployments
+    from vllmdiag.analysis.views.deployments import find_deployments
     from vllmdiag.api import triage
     from vllmdiag_sim.deployment import Deployment
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from vllmdiag import stack_classes
-from vllmdiag.analysis.stacks import parse_rules
+from vllmdiag.analysis.views.stack_match import parse_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_PATH = ROOT / "vllmdiag" / "playbooks" / "stack_rules.yaml"  # the shipped rules, not $VLLMDIAG_STACK_RULES

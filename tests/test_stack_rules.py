@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis import stacks
-from vllmdiag.analysis.stacks import StackRulesError, classify_threads, file_matches, parse_rules
+from vllmdiag.analysis.views import stack_match as stacks
+from vllmdiag.analysis.views.stack_match import StackRulesError, classify_threads, file_matches, parse_rules
 
 SHM = "vllm/distributed/device_communicators/shm_broadcast.py"
 PS = "vllm/distributed/parallel_state.py"

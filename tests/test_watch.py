@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from vllmdiag.analysis.queue_watch import slot_changes
+from vllmdiag.analysis.layers.queue.watch_activity import slot_changes
 from vllmdiag.api import triage
 
 sim = pytest.importorskip("vllmdiag_sim.deployment")

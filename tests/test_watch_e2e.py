@@ -165,7 +165,7 @@ def test_watch_confirms_a_uniform_hang_of_a_tp1_engine(sim_state: Path, tmp_path
     """TP=1 has no rings: only /metrics says work is in flight and nothing moves. No odd one out, so
     the triage's confirm window has to hold the stall before the EngineCore is blamed."""
     out = tmp_path / "out"
-    confirm_s = 4.0  # a stall is called a block once held 3 s (analysis/progress.py HELD_S); shorter: suspected
+    confirm_s = 4.0  # a stall is called a block once held 3 s (analysis/views/progress.py HELD_S); shorter: suspected
     argv = [sys.executable, "-m", "vllmdiag", "watch", "--out", str(out), "--interval", str(INTERVAL_S),
             "--confirm", str(confirm_s), "--node", NODE, "--report-format", "md",
             "--select", f"VLLM_RPC_BASE_PATH={os.environ['VLLM_RPC_BASE_PATH']}"]

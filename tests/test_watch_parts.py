@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis.progress import Progress
+from vllmdiag.analysis.views.progress import Progress
 from vllmdiag.watch import hooks
 from vllmdiag.watch.exporter import Exporter, render
 from vllmdiag.watch.state import Tracker
@@ -69,7 +69,7 @@ def test_a_restarted_deployment_is_a_new_one() -> None:
 
 
 def _report() -> Any:
-    from vllmdiag.analysis.engine import Report
+    from vllmdiag.analysis.bisect import Report
     from vllmdiag.model import Verdict
 
     return Report(Verdict("blocked", "gpu", summary="s"), [], [], [])

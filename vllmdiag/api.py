@@ -65,16 +65,16 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
            on_confirm: Callable[[float, float], None] | None = None) -> TriageResult:
     """The quick pass; a stack resample of the few pictures that would be a hang if they held; and,
     only when work is in flight and nothing moved, the confirm window (``confirm_s``, 0 = off)."""
-    from vllmdiag import confirm
+    from vllmdiag import second_look
 
     started = time.monotonic()  # the confirm window counts from here: the quick pass is part of it
     opts = dict(options or {})
     if pids:
         opts["pids"] = list(pids)
     wanted = set(pids) if pids else None
-    quick_ctx = confirm.fresh_context(ctx)
+    quick_ctx = second_look.fresh_context(ctx)
     snap = collect_node(probes=probes, options=opts, budget_s=budget_s, ctx=ctx)
-    from vllmdiag.analysis.engine import analyze  # loaded while the child collected (warm_analysis)
+    from vllmdiag.analysis.bisect import analyze  # loaded while the child collected (warm_analysis)
 
     report = analyze([snap], wanted)
     if watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=opts,
@@ -88,20 +88,20 @@ def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, starte
                      ctx: Context | None = None, on_confirm: Callable[[float, float], None] | None = None) -> bool:
     """The confirm window (triage's, and ``collect --confirm`` on a swept node): only when ``report``
     says work is in flight and nothing moved; follow-up passes go into ``snap.passes``. True if it opened."""
-    from vllmdiag import confirm
+    from vllmdiag import second_look
 
     roots = suspected_roots(report)
     if not (confirm_s > 0 and roots and (probes is None or "stacks" in probes or "rings" in probes or "http" in probes)):
         return False
-    from vllmdiag.analysis.progress import all_passes, deployment_progress, is_stalled
-    from vllmdiag.analysis.queue_grammar import stalled_engines
+    from vllmdiag.analysis.contract import keeps_window_open
+    from vllmdiag.analysis.views.progress import all_passes, deployment_progress, is_stalled
 
     def still(s: Snapshot) -> bool:
-        # A held grammar compile steps empty batches, so its rings move: it asks to keep watching itself.
+        # An analyzer's hook may keep it open though rings move (a held grammar compile steps empty batches).
         return any(is_stalled(p) for p in deployment_progress(all_passes(s)) if p.deployment_id in roots.values()) \
-            or stalled_engines(s, set(roots.values()))
+            or keeps_window_open(s, set(roots.values()))
 
-    confirm.watch(snap, sorted(roots), confirm_s, still, collect, dict(options or {}), ctx, on_confirm, started, probes)
+    second_look.watch(snap, sorted(roots), confirm_s, still, collect, dict(options or {}), ctx, on_confirm, started, probes)
     return True
 
 
@@ -116,7 +116,7 @@ def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any
     if confirm_s <= 0:
         return snap
     try:
-        from vllmdiag.analysis.engine import analyze
+        from vllmdiag.analysis.bisect import analyze
 
         pids = (options or {}).get("pids")
         report = analyze([snap], set(pids) if pids else None)
@@ -133,31 +133,31 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
     stack dump of the few processes whose picture would be a hang if it held (costs nothing when
     nothing looks odd). The choice of those pids is analysis; a node without it (a --ship bundle
     lacking the rules) keeps the quick pass alone."""
-    from vllmdiag import confirm
+    from vllmdiag import second_look
 
-    quick_ctx = confirm.fresh_context(ctx)
+    quick_ctx = second_look.fresh_context(ctx)
     snap = collect(probes=probes, options=options, budget_s=budget_s, ctx=ctx, meanwhile=warm_analysis)
     done_at = time.monotonic()
     if probes is not None and "stacks" not in probes:
         return snap
     try:
-        from vllmdiag.analysis.second_look import resample_pids
+        from vllmdiag.analysis.contract import second_look_pids
 
-        again = resample_pids(snap)
+        again = second_look_pids(snap)
     except (ImportError, OSError, ValueError) as exc:  # rules missing or unreadable: say so, keep the pass
         snap.options["resample"] = f"skipped: {type(exc).__name__}: {exc}"
         return snap
     if again:
-        confirm.resample(snap, again, collect, dict(options or {}), quick_ctx, time.monotonic() - done_at)
+        second_look.resample(snap, again, collect, dict(options or {}), quick_ctx, time.monotonic() - done_at)
     return snap
 
 
 def warm_analysis() -> None:
     """Import analysis and parse the stack rules: the parent does it while its child collects (a
     --ship bundle without PyYAML fails here quietly and says why later, where it always did)."""
-    from vllmdiag.analysis.engine import analyze  # noqa: F401
-    from vllmdiag.analysis.second_look import resample_pids  # noqa: F401
-    from vllmdiag.analysis.stacks import load_rules
+    from vllmdiag.analysis.bisect import analyze  # noqa: F401
+    from vllmdiag.analysis.contract import second_look_pids  # noqa: F401
+    from vllmdiag.analysis.views.stack_match import load_rules
 
     load_rules()
 
@@ -194,7 +194,7 @@ def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageRes
     fleet = analyze_saved(paths, snaps, pids)  # several nodes (e.g. a sweep --save dir): the fleet verdict
     if fleet is not None:
         return fleet
-    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.bisect import analyze
 
     return TriageResult(analyze(snaps, set(pids) if pids else None))
 
@@ -202,7 +202,7 @@ def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageRes
 def analyze_saved(paths: list[Path], snaps: list[Snapshot], pids: list[int] | None = None) -> TriageResult | None:
     """The fleet verdict for `vllmdiag analyze` when its snapshots come from several nodes, else None;
     the node statuses a ``sweep --save`` wrote next to them (unreachable nodes) are read back too."""
-    from vllmdiag.analysis.fleet.engine import analyze_fleet, is_fleet
+    from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet, is_fleet
 
     if pids or not is_fleet(snaps):
         return None

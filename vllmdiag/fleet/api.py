@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from vllmdiag.analysis.fleet.confirm import CONFIRM_PROBES, merge_resample, nodes_to_confirm
-from vllmdiag.analysis.fleet.engine import analyze_fleet
+from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
+from vllmdiag.analysis.across_nodes.second_look_nodes import CONFIRM_PROBES, merge_resample, nodes_to_confirm
 from vllmdiag.api import NODES_FILE, TriageResult
 from vllmdiag.fleet.outcome import NodeOutcome
 from vllmdiag.fleet.steps import via_transport

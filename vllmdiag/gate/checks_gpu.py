@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis import nvml_pids
+from vllmdiag.analysis.views import nvml_pids
 from vllmdiag.gate.common import vllm_processes
 from vllmdiag.gate.config import GateConfig
 from vllmdiag.gate.result import CheckResult, result

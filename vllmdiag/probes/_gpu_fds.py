@@ -5,7 +5,7 @@ the host's (initial) namespace, even when asked from inside a container (NVIDIA/
 NVIDIA/gpu-monitoring-tools#63). Run inside a pod, those numbers mean nothing in our ``/proc``, and
 one may even be the pid of an unrelated local process. What a pod can see honestly is which of its
 processes hold a GPU's device node (``/dev/nvidia<minor>``) open. This module records that and which
-PID namespace numbers our ``/proc``; ``vllmdiag/analysis/nvml_pids.py`` decides what maps to what.
+PID namespace numbers our ``/proc``; ``vllmdiag/analysis/views/nvml_pids.py`` decides what maps to what.
 """
 
 from __future__ import annotations

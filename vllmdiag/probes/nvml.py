@@ -6,7 +6,7 @@ The child streams one JSON line per GPU, so the GPUs read before a hang are kept
 
 NVML names processes by host pids (the driver ignores PID namespaces). When our ``/proc`` belongs
 to another namespace (vllmdiag run inside a pod), the probe also records which local processes hold
-each GPU's device node, so analysis (``analysis/nvml_pids.py``) can map honestly (``_gpu_fds``).
+each GPU's device node, so analysis (``analysis/views/nvml_pids.py``) can map honestly (``_gpu_fds``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmdiag.analysis.progress import Progress, is_stalled
+from vllmdiag.analysis.views.progress import Progress, is_stalled
 
 STATES = ("idle", "running", "suspect", "stalled")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from vllmdiag.analysis.progress import deployment_progress
+from vllmdiag.analysis.views.progress import deployment_progress
 from vllmdiag.model import Snapshot
 from vllmdiag.outfile import OutputError
 from vllmdiag.watch import hooks
@@ -172,7 +172,7 @@ def stuck_probe_threads() -> int:
 
 def deployment_keys(snap: Snapshot, select: dict[str, str] | None = None) -> dict[str, tuple[str, int]]:
     """key -> (deployment id, root pid); the key adds the root's start time, so a restart is new."""
-    from vllmdiag.analysis.deployments import find_deployments
+    from vllmdiag.analysis.views.deployments import find_deployments
 
     out: dict[str, tuple[str, int]] = {}
     for dep in find_deployments(snap):

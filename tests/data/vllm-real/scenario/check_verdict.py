@@ -3,7 +3,7 @@
 import json
 import sys
 
-from vllmdiag.analysis.stacks import classify_threads
+from vllmdiag.analysis.views.stack_match import classify_threads
 
 
 def main(path: str) -> None:

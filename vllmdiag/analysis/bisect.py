@@ -1,0 +1,145 @@
+"""The bisection engine: walk process -> handshake -> queue -> gpu -> client per deployment and
+report the first layer where the flow stops, with culprits, evidence and next steps (pure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllmdiag.analysis.contract import analyzers
+from vllmdiag.analysis.report_model import deployment_reports
+from vllmdiag.analysis.views.deployments import Deployment, find_deployments
+from vllmdiag.model import LAYERS, DeploymentReport, Finding, Report, Snapshot, SnapshotError, Verdict
+
+STATUS_RANK = {"healthy": 0, "no-deployment": 1, "inconclusive": 2, "degraded": 3, "blocked": 4}
+# Probes without which a "healthy" answer would be a guess.
+ESSENTIAL_PROBES = ("processes", "stacks")
+
+
+@dataclass
+class Judged:
+    """A deployment (analysis' full view of it) and its verdict, before it becomes a model
+    ``DeploymentReport``: fleet analysis re-decides these after joining nodes."""
+
+    deployment: Deployment
+    verdict: Verdict
+
+
+def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[list[Judged], list[Finding]]:
+    try:
+        deployments = find_deployments(snapshot)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise SnapshotError(f"{snapshot.node}: malformed process data ({type(exc).__name__}: {exc})") from None
+    if pids:
+        deployments = [d for d in deployments if d.pids & pids or d.root_pid in pids]
+    findings: list[Finding] = []
+    for module in analyzers():  # found by folder: analysis/layers/<layer>/ (analysis/contract.py)
+        layer = module.LAYER
+        try:
+            findings.extend(module.analyze(snapshot, deployments))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            # Probe data comes from untrusted files too: wrong shapes are bad input, not a crash.
+            raise SnapshotError(f"{snapshot.node}: cannot analyze the {layer} layer: malformed probe data "
+                                f"({type(exc).__name__}: {exc})") from None
+    from vllmdiag.analysis.views.coverage import cap_blind
+
+    cap_blind(snapshot, findings)
+    ids = {d.id for d in deployments}
+    if pids:  # node-level findings stay; other deployments' findings go
+        findings = [f for f in findings if f.deployment is None or f.deployment in ids]
+    judged = [Judged(d, decide(snapshot, [f for f in findings if f.deployment == d.id], d.pids)) for d in deployments]
+    return judged, findings
+
+
+def analyze(snapshots: list[Snapshot], pids: set[int] | None = None) -> Report:
+    judged: list[Judged] = []
+    reports: list[DeploymentReport] = []
+    findings: list[Finding] = []
+    for snap in snapshots:
+        j, f = analyze_snapshot(snap, pids)
+        judged += j
+        reports += to_model(snap, j)
+        findings += f
+    return Report(verdict=overall(snapshots, judged, findings), deployments=reports, findings=findings,
+                  snapshots=snapshots)
+
+
+def to_model(snapshot: Snapshot, judged: list[Judged]) -> list[DeploymentReport]:
+    try:
+        return deployment_reports(snapshot, [(j.deployment, j.verdict) for j in judged])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise SnapshotError(f"{snapshot.node}: malformed process or ring data ({type(exc).__name__}: {exc})") from None
+
+
+def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = None) -> Verdict:
+    from vllmdiag.analysis.verdict_writer import write_verdict
+    from vllmdiag.analysis.views.coverage import FIX, gaps
+
+    blocking = [f for f in findings if f.blocking]
+    if blocking:
+        from vllmdiag.analysis.verdict_writer import corroborate
+
+        layer = next(layer for layer in LAYERS if any(f.layer == layer for f in blocking))
+        verdict = write_verdict("blocked", layer, [f for f in blocking if f.layer == layer], findings)
+        return corroborate(verdict, [f for f in blocking if f.layer != layer])
+    warnings = [f for f in findings if f.severity == "warning"]
+    if warnings:
+        verdict = write_verdict("degraded", warnings[0].layer, warnings, findings)
+        if warnings[0].evidence.get("out_of_view"):  # its culprit runs beyond this node's view (P/D producer)
+            verdict.confidence = "medium"
+        return verdict
+    blind = _blind_spots(snapshot) + gaps(snapshot, pids or set())
+    beyond = [f for f in findings if f.evidence.get("out_of_view")]  # part of it runs on another node
+    if beyond and not blind:
+        from vllmdiag.analysis.verdict_writer import write_verdict
+
+        verdict = write_verdict("inconclusive", beyond[0].layer, beyond, findings)
+        verdict.summary, verdict.confidence = "Not all of it is on this node: " + beyond[0].message, "low"
+        return verdict
+    if blind:
+        return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
+                       + "; ".join(blind), evidence=blind, confidence="low", next_steps=[FIX])
+    # Say what was seen: "moving" only when something moved, "idle" when nothing was in flight.
+    progress = next((f.message for f in findings if f.code == "gpu.progress"), None)
+    return Verdict(status="healthy", summary="Healthy: processes alive, ranks agree. "
+                   + (progress or "Progress not judged: no stacks, rings or metrics of it were sampled."))
+
+
+def overall(snapshots: list[Snapshot], reports: list[Judged], findings: list[Finding]) -> Verdict:
+    if not reports:
+        blind = [b for s in snapshots for b in _blind_spots(s, essential=("processes",))]
+        if blind:
+            return Verdict(status="inconclusive", summary="Could not list processes: " + "; ".join(blind),
+                           evidence=blind, confidence="low")
+        node_warnings = [f for f in findings if f.deployment is None and f.severity in ("warning", "critical")]
+        if node_warnings:
+            # Nothing runs, but a killed deployment left its segments behind (the usual way psm_*
+            # leak: a container kill or cgroup OOM takes the resource tracker down too).
+            from vllmdiag.analysis.verdict_writer import write_verdict
+
+            return write_verdict("degraded", node_warnings[0].layer, node_warnings, findings)
+        from vllmdiag.analysis.views.coverage import FIX
+        from vllmdiag.analysis.views.deployment_shapes import unchecked_pythons
+
+        unseen = [u for s in snapshots if (u := unchecked_pythons(s))]  # an in-process engine may hide there
+        return Verdict(status="no-deployment", summary="No vLLM deployment found on "
+                       + ", ".join(sorted({s.node for s in snapshots})) + "." + "".join(f" {u}" for u in unseen),
+                       evidence=unseen, next_steps=[FIX] if unseen else [])
+    worst = max(reports, key=lambda r: STATUS_RANK.get(r.verdict.status, 0))
+    verdict = worst.verdict
+    if verdict.status == "healthy":
+        node_warnings = [f for f in findings if f.deployment is None and f.severity in ("warning", "critical")]
+        if node_warnings:
+            from vllmdiag.analysis.verdict_writer import write_verdict
+
+            return write_verdict("degraded", node_warnings[0].layer, node_warnings, findings)
+    return verdict
+
+
+def _blind_spots(snapshot: Snapshot, essential: tuple[str, ...] = ESSENTIAL_PROBES) -> list[str]:
+    out = []
+    for name in essential:
+        res = snapshot.probes.get(name)
+        if res is not None and res.status in ("error", "timeout", "skipped"):
+            out.append(f"{snapshot.node}: probe {name} {res.status}" + (f" ({res.reason})" if res.reason else ""))
+    return out

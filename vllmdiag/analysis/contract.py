@@ -1,0 +1,99 @@
+"""The analyzer contract, and where analyzers are found (pure).
+
+A module in ``analysis/layers/<layer>/`` *is* an analyzer (as sos finds its plugins: by folder, never
+by name). It has:
+
+- ``LAYER``: its layer, the folder's name; ``CODES``: every finding code it may emit (each with a
+  playbook); ``analyze(snapshot, deployments) -> list[Finding]``;
+- optionally ``ORDER`` (default 100): where it runs among its layer's analyzers (first findings
+  lead a verdict);
+- optionally the hooks the orchestrator (``vllmdiag/api.py``, ``vllmdiag/second_look.py``) walks:
+  ``second_look_pids(snapshot, deployments, classes)``: the processes whose first stack picture
+  would be a hang if it held, so they are dumped again a moment later; and
+  ``keeps_window_open(snapshot, deployment_ids)``: its suspicion holds in this snapshot and its
+  confirm passes although the rings move (a held grammar compile steps empty batches).
+
+``analyze`` reads derived views from ``analysis/views/`` and never another analyzer's internals.
+Cross-node analyzers live in ``analysis/across_nodes/``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable
+from functools import lru_cache
+from types import ModuleType
+from typing import Protocol
+
+from vllmdiag.analysis.views.deployments import Deployment, find_deployments
+from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.model import LAYERS, Finding, Snapshot
+
+LAYERS_PACKAGE = "vllmdiag.analysis.layers"
+DEFAULT_ORDER = 100
+
+
+class Analyzer(Protocol):
+    """What a module in ``analysis/layers/<layer>/`` provides (hooks: see the module docstring)."""
+
+    LAYER: str
+    CODES: tuple[str, ...]
+
+    def analyze(self, snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]: ...
+
+
+class SecondLookHook(Protocol):
+    def __call__(self, snapshot: Snapshot, deployments: list[Deployment],
+                 classes: dict[int, StackClass]) -> Iterable[int]: ...
+
+
+class WindowHook(Protocol):
+    def __call__(self, snapshot: Snapshot, deployment_ids: set[str]) -> bool: ...
+
+
+@lru_cache(maxsize=1)
+def analyzers() -> tuple[ModuleType, ...]:
+    """Every analyzer module, in bisection order (layer, then ``ORDER``, then name). A module in a
+    layer's folder that breaks the contract is a bug, said at once rather than skipped."""
+    out: list[tuple[int, int, str, ModuleType]] = []
+    for li, layer in enumerate(LAYERS):
+        package = importlib.import_module(f"{LAYERS_PACKAGE}.{layer}")
+        for info in pkgutil.iter_modules(package.__path__):
+            if info.name.startswith("_"):
+                continue
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            if getattr(module, "LAYER", None) != layer or not callable(getattr(module, "analyze", None)) \
+                    or not getattr(module, "CODES", None):
+                raise TypeError(f"{module.__name__}: an analyzer needs LAYER = {layer!r}, CODES and analyze()")
+            out.append((li, int(getattr(module, "ORDER", DEFAULT_ORDER)), info.name, module))
+    return tuple(m for *_, m in sorted(out, key=lambda t: t[:3]))
+
+
+def layer_analyzers() -> list[tuple[str, Analyzer]]:
+    """(layer, analyzer module) in bisection order."""
+    return [(m.LAYER, m) for m in analyzers()]
+
+
+def second_look_pids(snapshot: Snapshot) -> list[int]:
+    """For the orchestrator's second stack look (vllmdiag/second_look.py): what every analyzer's
+    ``second_look_pids`` hook asks for, within the deployments asked about (``--pid``)."""
+    classes = classify_snapshot(snapshot)
+    wanted = set(snapshot.options.get("pids") or [])
+    deps = find_deployments(snapshot)
+    mine = set().union(*(d.pids for d in deps if not wanted or d.pids & wanted))
+    pids: set[int] = set()
+    for module in analyzers():
+        hook: SecondLookHook | None = getattr(module, "second_look_pids", None)
+        if hook is not None:
+            pids.update(p for p in hook(snapshot, deps, classes) if p in mine)
+    return sorted(pids)
+
+
+def keeps_window_open(snapshot: Snapshot, deployment_ids: set[str]) -> bool:
+    """True if an analyzer's ``keeps_window_open`` hook says its suspicion still holds."""
+    for module in analyzers():
+        hook: WindowHook | None = getattr(module, "keeps_window_open", None)
+        if hook is not None and hook(snapshot, deployment_ids):
+            return True
+    return False

@@ -1,0 +1,231 @@
+"""GPU layer, over time: work in flight and nothing moved -- a hang with no odd one out (pure).
+
+The most common real hang has no straggler: every rank waits in the same all_reduce (or at the same
+sync point, ``GPUModelRunner._to_list``, with CUDA graphs), or TP=1 runs the model inside the
+EngineCore (``UniProcExecutor``) and has no ranks to compare (real-hang-patterns rows 3, 4, 5, 19).
+Only progress tells those from a healthy step: this module judges the quick pass plus the confirm
+window's follow-up passes (``Snapshot.passes``). A stall held for ``HELD_S`` or more is a block; a
+shorter look, or a long legitimate phase (compile, warm-up, load), is only suspected.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from vllmdiag.analysis.views import deployment_shapes
+from vllmdiag.analysis.views.deployments import Deployment, display_title
+from vllmdiag.analysis.views.findings import culprit, finding
+from vllmdiag.analysis.views.kv_wait import waits_for_kv
+from vllmdiag.analysis.views.parallel_ranks import pp_waiting_stages
+from vllmdiag.analysis.views.progress import HELD_S, Progress, all_passes, deployment_progress, is_stalled
+from vllmdiag.analysis.views.rank_compare import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
+from vllmdiag.analysis.views.stack_match import StackClass
+from vllmdiag.model import Culprit, Finding, Snapshot
+from vllmdiag.stack_classes import (
+    COLLECTIVE,
+    COMPILING,
+    ENGINE_BUSY,
+    EXECUTING,
+    GRAMMAR_BITMASK,
+    GRAMMAR_COMPILE,
+    HANDSHAKE,
+    INIT_DEVICE,
+    LOAD_MODEL,
+    NCCL_INIT,
+    SYNC_POINT,
+    WAIT_FOR_READY,
+    WAIT_UNTIL_READY,
+    WARMUP,
+)
+
+LAYER = "gpu"
+CODES = ("gpu.uniform_hang", "gpu.engine_step_stuck", "gpu.call_site_mismatch", "gpu.init_rank_stuck",
+         "gpu.stall_suspected", "gpu.progress")
+ORDER = 6  # the old module order within the layer: verdicts read as before
+INIT_STUCK = (NCCL_INIT, INIT_DEVICE)
+SEEN_ONCE_S = 0.05  # below this nothing was looked at twice: progress unknown, not "nothing moved"
+RANK_STEP = (COLLECTIVE, SYNC_POINT, EXECUTING)
+ENGINE_STEP = (COLLECTIVE, SYNC_POINT, EXECUTING, ENGINE_BUSY)
+LONG_PHASES = (COMPILING, WARMUP, LOAD_MODEL, INIT_DEVICE, WAIT_UNTIL_READY, WAIT_FOR_READY, HANDSHAKE,
+               NCCL_INIT)
+Seen = dict[int, tuple[StackClass, str | None]]  # pid -> latest class, call site
+
+
+def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+    passes = all_passes(snapshot)
+    gpus = gpu_by_pid(snapshot)
+    out: list[Finding] = []
+    for p, dep in zip(deployment_progress(passes, deployments), deployments, strict=True):
+        seen = {pid: (obs[-1][0], obs[-1][2]) for pid, obs in p.observations.items()}
+        if not is_stalled(p) or p.window_s < SEEN_ONCE_S or waits_for_kv(snapshot, dep):
+            out.append(_progress_info(snapshot, dep, p))
+            continue
+        out += _stalled(snapshot, dep, p, seen, gpus)
+    return out
+
+
+def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dict[int, dict[str, Any]]) -> list[Finding]:
+    odd_init = _init_odd(snap, dep, seen)
+    if odd_init and p.window_s >= HELD_S:  # an odd one out is no legitimate long phase
+        return [_with_progress(f, p) for f in odd_init]
+    long = sorted({sc.label for sc, _ in seen.values() if sc.name in LONG_PHASES})
+    held = p.window_s >= HELD_S and not long
+    grammar = sorted({sc.label for sc, _ in seen.values() if sc.name in (GRAMMAR_COMPILE, GRAMMAR_BITMASK)})
+    partial = deployment_shapes.ranks_on_other_nodes(dep)  # multi-node Ray seen from the engine's node
+    shapes = [] if partial else _group_shapes(snap, dep, seen, gpus) if dep.workers else _engine_shape(snap, dep, seen, gpus)
+    if held and shapes:
+        return [_with_progress(f, p) for f in shapes]
+    why = (f"a long phase is under way ({', '.join(long)}): a cold compile or warm-up can take minutes" if long else
+           f"watched only {p.window_s:.1f} s (a stall is called a block after {HELD_S:.0f} s; triage --confirm S)"
+           if p.window_s < HELD_S else "some ranks run on other nodes of the Ray cluster: the odd one out may be "
+           "there (sweep them together)" if partial else
+           f"the EngineCore is in {', '.join(grammar)} (structured output; queue.grammar_stuck judges it)" if grammar
+           else "no stack picture explains it (the ranks are not all at one point)")
+    msg = (f"Work in flight ({'; '.join(p.in_flight)}) but nothing moved in {p.window_s:.1f} s: suspected stall, "
+           f"{why}.")
+    blame = [c for f in odd_init + shapes for c in f.culprits[:1]]
+    return [_with_progress(finding("gpu.stall_suspected", LAYER, "warning", snap, dep, msg,
+                                   [c.pid for c in blame if c.pid], {"needs_confirm": p.window_s < HELD_S,
+                                                                      "long_phases": long,
+                                                                      "shape": [f.code for f in odd_init + shapes]},
+                                   blame), p)]
+
+
+def _with_progress(f: Finding, p: Progress) -> Finding:
+    f.evidence.update(window_s=p.window_s, progress=p.to_dict())
+    return f
+
+
+# ---- shapes ------------------------------------------------------------------------------------
+def _group_shapes(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, dict[str, Any]]) -> list[Finding]:
+    out = []
+    classes = {pid: sc for pid, (sc, _) in seen.items()}
+    upstream_bound = pp_waiting_stages(dep.processes, classes)
+    for key, members in tp_groups(dep.processes).items():
+        if compare_group(members, classes, dep.configured.get("tp")) is not None:
+            continue  # an odd rank out: the straggler/mismatch rules own it
+        if key[:2] in upstream_bound:
+            continue  # a PP stage waiting in recv on a stuck upstream stage: gpu.pp_stage_stuck names that one
+        got = {r: seen[m["pid"]] for r, m in members.items() if m["pid"] in seen}
+        if len(got) != len(members) or len({sc.label for sc, _ in got.values()}) != 1:
+            continue
+        if next(iter(got.values()))[0].name not in RANK_STEP:
+            continue
+        sites = Counter(site for _, site in got.values())
+        if len(sites) > 1:
+            out.append(_site_mismatch(snap, dep, members, got, sites))
+        else:
+            out.append(_uniform(snap, dep, members, got, gpus))
+    return out
+
+
+def _uniform(snap: Snapshot, dep: Deployment, members: dict[int, dict[str, Any]],
+             got: dict[int, tuple[StackClass, str | None]], gpus: dict[int, dict[str, Any]]) -> Finding:
+    sc, site = next(iter(got.values()))
+    group = fold([rank_name(members[r]) for r in sorted(members)])
+    what = sc.label.replace(f"{COLLECTIVE}:", "") + (f" ({sc.backend})" if sc.backend else "")
+    nvml, picture = _nvml_picture([members[r]["pid"] for r in members], gpus)
+    fr = next((str(m.get("environ", {}).get("TORCH_NCCL_TRACE_BUFFER_SIZE")) for m in members.values()
+               if (m.get("environ") or {}).get("TORCH_NCCL_TRACE_BUFFER_SIZE") not in (None, "", "0")), None)
+    msg = (f"Every rank of {group} waits in the same {what} at {site or sc.where} and nothing moved: a uniform hang "
+           f"(no rank is odd one out){picture}." + (f" Flight Recorder is on (TORCH_NCCL_TRACE_BUFFER_SIZE={fr}): its "
+                                                    "dumps hold each group's collective sequence numbers." if fr else ""))
+    reason = f"the whole group is stuck in {what} at {site or sc.where}"
+    blame = Culprit(snap.node, None, "rank_group", None, f"Worker_{group}", reason)
+    return finding("gpu.uniform_hang", LAYER, "critical", snap, dep, msg, [m["pid"] for m in members.values()],
+                   {"group": group, "class": sc.label, "op": sc.op, "backend": sc.backend, "call_site": site,
+                    "where": sc.where, "key_frames": sc.key_frames, "nvml": nvml, "flight_recorder": fr},
+                   [blame, *[culprit(snap, members[r], reason) for r in sorted(members)]])
+
+
+def _site_mismatch(snap: Snapshot, dep: Deployment, members: dict[int, dict[str, Any]],
+                   got: dict[int, tuple[StackClass, str | None]], sites: Counter[str | None]) -> Finding:
+    (major, n), *_ = sites.most_common()
+    tie = sum(1 for c in sites.values() if c == n) > 1
+    odd = sorted(r for r, (_, s) in got.items() if tie or s != major)
+    sc = got[odd[0]][0]
+    where = "; ".join(f"{fold([rank_name(members[r]) for r in sorted(got) if got[r][1] == s])} at {s}"
+                      for s, _ in sites.most_common())
+    msg = (f"Every rank is in {sc.label} but from different call sites ({where}) and nothing moved: the ranks "
+           "diverged (NCCL matches collectives by order, not by name).")
+    return finding("gpu.call_site_mismatch", LAYER, "critical", snap, dep, msg, [members[r]["pid"] for r in odd],
+                   {"class": sc.label, "sites": {str(s): fold([rank_name(members[r]) for r in got if got[r][1] == s])
+                                                 for s in sites}, "majority_site": None if tie else major},
+                   [culprit(snap, members[r], f"{sc.label} at {got[r][1]}" + ("" if tie else f", peers at {major}"))
+                    for r in odd])
+
+
+def _init_odd(snap: Snapshot, dep: Deployment, seen: Seen) -> list[Finding]:
+    """Startup: one worker still titled plain ``VLLM::Worker`` (inside init_device, vllm-internals 2.1)
+    sits in NCCL communicator creation while its peers finished init and went on (vLLM #58290)."""
+    live = [w for w in dep.workers if w.get("state") not in ("Z", "X")]
+    untitled = [w for w in live if "tp" not in (w.get("ranks") or {})]
+    titled = [w for w in live if "tp" in (w.get("ranks") or {})]
+    if len(untitled) != 1 or not titled or untitled[0]["pid"] not in seen:
+        return []
+    odd, (sc, site) = untitled[0], seen[untitled[0]["pid"]]
+    if sc.name not in INIT_STUCK or any(w["pid"] in seen and seen[w["pid"]][0].name in INIT_STUCK for w in titled):
+        return []
+    size = max(dep.configured.get("tp") or 0, len(live))
+    missing = sorted(set(range(size)) - {int(w["ranks"]["tp"]) for w in titled})
+    rank = missing[0] if len(missing) == 1 else None
+    peers = fold([rank_name(w) for w in titled])
+    where = site or sc.where
+    reason = f"still in {sc.label} at {where} while {peers} finished init"
+    blame = Culprit(snap.node, odd["pid"], "worker", rank, f"VLLM::Worker (TP{rank if rank is not None else '?'})",
+                    reason)
+    msg = (f"At startup a worker (pid {odd['pid']}, rank {('TP' + str(rank)) if rank is not None else 'unknown'}) stays "
+           f"in {sc.label} at {where} while {peers} finished init_device and went on: the odd rank out of NCCL init.")
+    return [finding("gpu.init_rank_stuck", LAYER, "critical", snap, dep, msg, [odd["pid"]],
+                    {"class": sc.label, "where": sc.where, "call_site": site, "key_frames": sc.key_frames,
+                     "inferred_rank": rank, "peers": peers}, [blame])]
+
+
+def _engine_shape(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, dict[str, Any]]) -> list[Finding]:
+    """TP=1 (UniProcExecutor): the EngineCore runs the model step itself; no workers, no rings."""
+    out = []
+    for eng in dep.engines:
+        sc, site = seen.get(eng["pid"], (None, None))
+        if sc is None or sc.name not in ENGINE_STEP or eng.get("state") in ("Z", "X", "T", "t"):
+            continue
+        nvml, picture = _nvml_picture([eng["pid"]], gpus)
+        who = (f"The engine inside the user's script {display_title(eng)} (pid {eng['pid']}, LLM() in-process)"
+               if eng.get("inprocess_engine") else f"The EngineCore (pid {eng['pid']})")
+        msg = (f"{who} runs the model itself (no workers) and its step holds in "
+               f"{sc.label} at {site or sc.where} while nothing moved{picture}.")
+        if eng.get("inprocess_engine"):  # no /metrics, no rings: its output is its only counter (progress.py)
+            msg += (" It wrote nothing meanwhile either; a busy run with use_tqdm=False, or one long request, "
+                    "looks the same: high GPU power or a later py-spy dump elsewhere says it moves.")
+        out.append(finding("gpu.engine_step_stuck", LAYER, "critical", snap, dep, msg, [eng["pid"]],
+                           {"class": sc.label, "where": sc.where, "call_site": site, "key_frames": sc.key_frames,
+                            "thread": sc.thread, "nvml": nvml},
+                           [culprit(snap, eng, f"model step stuck in {sc.label} at {site or sc.where}")]))
+    return out
+
+
+def _nvml_picture(pids: list[int], gpus: dict[int, dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    mine = [gpus[p] for p in pids if p in gpus]
+    if not mine:
+        return {"seen": False}, ""
+    brief = [{k: g.get(k) for k in ("index", "util_pct", "power_w", "power_limit_w")} for g in mine]
+    if all(spinning(g) for g in mine):
+        return {"seen": True, "spinning": True, "gpus": brief}, \
+            "; GPUs at 100% utilization at low power: kernels spinning for a peer (NCCL or custom all-reduce)"
+    if all(g.get("util_pct") == 0 for g in mine):
+        return {"seen": True, "idle": True, "gpus": brief}, "; GPUs idle at 0%: the host side is stuck, not a kernel"
+    return {"seen": True, "gpus": brief}, ""
+
+
+# ---- healthy wording ---------------------------------------------------------------------------
+def _progress_info(snap: Snapshot, dep: Deployment, p: Progress) -> Finding:
+    if not p.work_in_flight:
+        msg = "Idle: no work in flight (no request running or waiting, rings drained, no step under way)."
+    elif not p.moved and is_stalled(p) and p.window_s >= SEEN_ONCE_S:  # waits_for_kv: the queue layer says why
+        msg = f"Work in flight ({'; '.join(p.in_flight)}) and nothing moved in {p.window_s:.1f} s: " + "; ".join(p.still[:4])
+    elif not p.moved:  # one look only (an old snapshot, or nothing sampled twice): say so, do not guess
+        msg = f"Work in flight ({'; '.join(p.in_flight)}); progress not observed (one sample, no window)."
+    else:
+        msg = f"Work in flight and moving over {p.window_s:.1f} s: " + "; ".join(p.moved_what[:4]) + "."
+    return finding("gpu.progress", LAYER, "info", snap, dep, msg, [],
+                   {**p.to_dict(), "needs_confirm": is_stalled(p)}, [])

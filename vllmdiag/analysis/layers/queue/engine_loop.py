@@ -1,0 +1,78 @@
+"""Queue layer, EngineCore side: is the busy loop stuck outside its waits? (pure; needs stacks)
+
+An EngineCore whose MainThread sits in ``run_busy_loop`` outside ``_process_input_queue`` and
+outside ``get_response`` is scheduling or stuck; with every worker idle in ``dequeue`` nothing
+downstream is holding it. A second sample by the stacks probe (``resample``) separates a loop
+that is stuck from one caught scheduling; pending requests (http probe, when present) say that
+someone is waiting for it (vllm-internals 5.4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllmdiag.analysis.views.deployments import Deployment, role_of
+from vllmdiag.analysis.views.findings import culprit, finding
+from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
+from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.model import Finding, Snapshot
+from vllmdiag.stack_classes import ENGINE_BUSY, IDLE
+
+LAYER = "queue"
+CODES = ("queue.engine_loop_stuck",)
+ORDER = 1  # the old module order within the layer: verdicts read as before
+
+
+def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+    classes = classify_snapshot(snapshot)
+    if not classes:
+        return []
+    again = resampled_classes(snapshot)
+    out = []
+    for dep in deployments:
+        workers = [classes.get(w["pid"]) for w in dep.workers]
+        if not workers or not all(c is not None and c.name == IDLE for c in workers):
+            continue
+        pending = pending_requests(snapshot, dep)
+        for eng in dep.engines:
+            c = classes.get(eng["pid"])
+            if c is None or c.name != ENGINE_BUSY:
+                continue
+            holds = held(eng["pid"], c, again)
+            if holds is False or pending == 0:
+                continue  # caught scheduling, or nothing waits for it
+            severity = "critical" if holds else "warning"
+            msg = (f"EngineCore (pid {eng['pid']}) is stuck in its busy loop at {c.where} while all "
+                   f"{len(workers)} worker(s) idle" + (f" and {pending} request(s) wait" if pending else "") + "."
+                   + ("" if holds else " (one sample)"))
+            out.append(finding("queue.engine_loop_stuck", LAYER, severity, snapshot, dep, msg, [eng["pid"]],
+                               {"where": c.where, "key_frames": c.key_frames, "thread": c.thread,
+                                "pending_requests": pending, "workers_idle": len(workers), "confirmed_by_resample": holds},
+                               [culprit(snapshot, eng, f"busy loop stuck in {c.where}; workers idle")]))
+    return out
+
+
+def pending_requests(snapshot: Snapshot, dep: Deployment) -> int | None:
+    """running + waiting from the deployment's latest /metrics sample; None when not known."""
+    best: int | None = None
+    for server in snapshot.data("http").get("servers", []) or []:
+        if not isinstance(server, dict) or not set(server.get("pids") or []) & dep.pids:
+            continue
+        samples = [m for m in server.get("metrics") or [] if isinstance(m, dict) and m.get("status") == 200]
+        if samples:
+            last: dict[str, Any] = samples[-1]
+            total = int((last.get("running") or 0) + (last.get("waiting") or 0))
+            best = total if best is None else best + total
+    return best
+
+
+def second_look_pids(snapshot: Snapshot, deployments: list[Deployment], classes: dict[int, StackClass]) -> list[int]:
+    """The analyzer contract's second-look hook (analysis/contract.py): EngineCores busy while all their
+    workers idle -- a hang if it holds, normal in passing."""
+    pids: list[int] = []
+    for dep in deployments:
+        procs = dep.processes
+        workers = [classes.get(p["pid"]) for p in procs if role_of(p) == "worker"]
+        if workers and all(c is not None and c.name == IDLE for c in workers):
+            pids += [p["pid"] for p in procs if (c := classes.get(p["pid"])) is not None and c.name == ENGINE_BUSY]
+    return sorted(set(pids))

@@ -1,0 +1,262 @@
+"""Progress per deployment over successive passes of one node: did work move? (pure)
+
+"Healthy" must mean we saw it move. A deployment has **work in flight** when requests run or wait
+(/metrics), a ring holds unread slots, or its EngineCore or a worker is inside a step (stacks). It
+**moved** when a token or request counter grew, a ring's flags changed, or a compute process's stack
+changed its stop point (the innermost frames of pure waiting -- poll, sched_yield, a condition
+wait -- are dropped first, so a waiter whose spin leaf flickers is still). CPU time is reported but
+never counts as movement: a host thread waiting on a wedged GPU or spinning in ``sched_yield`` burns
+a full core while nothing moves (vllm-internals 5.1, 5.3). A deployment with work in flight and
+nothing moved over the window is stalled; ``window_s`` says how long we looked.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllmdiag.analysis.views.deployments import Deployment, find_deployments, role_of
+from vllmdiag.analysis.views.stack_match import StackClass, call_site, classify_threads, stop_signature, thread_frames
+from vllmdiag.model import Snapshot
+from vllmdiag.stack_classes import (
+    COLLECTIVE,
+    COMPILING,
+    ENGINE_BLOCKED_FULL_RING,
+    ENGINE_BUSY,
+    ENGINE_WAITING_WORKERS,
+    ENGINE_YIELD,
+    EXECUTING,
+    GRAMMAR_BITMASK,
+    GRAMMAR_COMPILE,
+    KV_TRANSFER,
+    NCCL_INIT,
+    SYNC_POINT,
+    WRITER_BLOCKED_FULL_RING,
+)
+
+# A stall held this long is a block: decode steps take 10-100 ms and chunked prefill bounds a
+# step to about a second (gpu_progress, gpu_groups).
+HELD_S = 3.0
+COUNTERS = ("generation_tokens", "prompt_tokens", "steps", "requests_finished")
+# Stack classes that mean the process is inside a step (or a startup phase that must finish).
+# A grammar compile or bitmask fill is work for a request too (queue_grammar judges it).
+STEP_CLASSES = (COLLECTIVE, SYNC_POINT, EXECUTING, COMPILING, ENGINE_WAITING_WORKERS,
+                ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING, ENGINE_BUSY, NCCL_INIT, GRAMMAR_COMPILE,
+                GRAMMAR_BITMASK)
+COMPUTE_ROLES = ("engine_core", "worker")
+# A P/D decode instance whose requests wait for remote KV keeps stepping with 0 tokens (vLLM 0.33 core.py
+# _process_engine_step, kv_connector_no_forward): its stack changes between looks, but polling is no movement.
+POLLING = (ENGINE_YIELD, KV_TRANSFER)
+Observation = tuple[StackClass, tuple[Any, ...], str | None]  # class, stop signature, call site
+
+
+@dataclass
+class Progress:
+    deployment_id: str
+    work_in_flight: bool
+    moved: bool
+    moved_what: list[str] = field(default_factory=list)
+    still: list[str] = field(default_factory=list)
+    window_s: float = 0.0
+    in_flight: list[str] = field(default_factory=list)  # what says work is in flight
+    passes: int = 1
+    cpu_s: dict[int, float] = field(default_factory=dict)  # pid -> CPU seconds used over the window
+    # pid -> every stack look at it (not serialized): the shape rules read them without classifying again
+    observations: dict[int, list[Observation]] = field(default_factory=dict, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"deployment": self.deployment_id, "work_in_flight": self.work_in_flight, "moved": self.moved,
+                "moved_what": self.moved_what, "still": self.still, "window_s": self.window_s,
+                "in_flight": self.in_flight, "passes": self.passes,
+                "cpu_s": {str(k): v for k, v in sorted(self.cpu_s.items())}}
+
+
+def is_stalled(p: Progress) -> bool:
+    return p.work_in_flight and not p.moved
+
+
+def all_passes(snapshot: Snapshot) -> list[Snapshot]:
+    """The quick pass followed by the confirm window's follow-up passes stored inside it."""
+    return [snapshot, *snapshot.passes]
+
+
+def deployment_progress(passes: list[Snapshot], deployments: list[Deployment] | None = None) -> list[Progress]:
+    """``passes``: successive snapshots of ONE node, oldest first. Deployments come from the first."""
+    if not passes:
+        return []
+    deps = deployments if deployments is not None else find_deployments(passes[0])
+    window = _window(passes)
+    return [_one(passes, dep, window) for dep in deps]
+
+
+def _one(passes: list[Snapshot], dep: Deployment, window: float) -> Progress:
+    p = Progress(dep.id, False, False, window_s=window, passes=len(passes))
+    _metrics(passes, dep, p)
+    _rings(passes, dep, p)
+    _stacks(passes, dep, p)
+    _script_output(passes, dep, p)
+    p.cpu_s = _cpu(passes, dep)
+    p.work_in_flight = bool(p.in_flight)
+    p.moved = bool(p.moved_what)
+    return p
+
+
+# ---- window ------------------------------------------------------------------------------------
+def _window(passes: list[Snapshot]) -> float:
+    """Seconds from the first pass's start (``collected_at`` is a pass's end, minus its duration: its
+    rings, /metrics and stacks are read from the start on) to the last pass's end; one pass alone
+    counts only what it sampled twice (rings, /metrics, a stack resample)."""
+    inner = max((_inner_window(s) for s in passes), default=0.0)
+    first, last = _at(passes[0]), _at(passes[-1])
+    if len(passes) < 2 or first is None or last is None:
+        return round(inner, 2)
+    return round(max(inner, last - first + max(0.0, passes[0].duration_s)), 2)
+
+
+def _inner_window(snap: Snapshot) -> float:
+    rings = [float(r.get("window_s") or 0.0) for r in snap.data("rings").get("rings", []) or [] if isinstance(r, dict)]
+    gap = float(snap.data("http").get("sample_gap_s") or 0.0)
+    dumps = snap.data("stacks").get("dumps", []) or []
+    again = max((float((d.get("resample") or {}).get("after_s") or 0.0) for d in dumps if isinstance(d, dict)),
+                default=0.0)
+    return max([gap, again, *rings])
+
+
+def _at(snap: Snapshot) -> float | None:
+    try:
+        return _dt.datetime.fromisoformat(snap.collected_at).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+# ---- /metrics ----------------------------------------------------------------------------------
+def metric_samples(snap: Snapshot, dep: Deployment) -> list[dict[str, Any]]:
+    out = []
+    for server in snap.data("http").get("servers", []) or []:
+        if isinstance(server, dict) and set(server.get("pids") or []) & dep.pids:
+            out += [m for m in server.get("metrics") or [] if isinstance(m, dict) and m.get("status") == 200]
+    return out
+
+
+def _metrics(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
+    samples = [m for s in passes for m in metric_samples(s, dep)]
+    if not samples:
+        return
+    first, last = samples[0], samples[-1]
+    for key in COUNTERS:
+        a, b = first.get(key), last.get(key)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            if b != a:
+                p.moved_what.append(f"{key.replace('_', ' ')} {a:.0f} -> {b:.0f}")
+            elif len(samples) > 1:
+                p.still.append(f"{key.replace('_', ' ')} stayed at {b:.0f}")
+    running, waiting = last.get("running") or 0, last.get("waiting") or 0
+    if running or waiting:
+        p.in_flight.append(f"{running:.0f} request(s) running, {waiting:.0f} waiting")
+
+
+# ---- rings -------------------------------------------------------------------------------------
+def _rings(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
+    seen: dict[tuple[Any, Any], str | None] = {}
+    moved: set[str] = set()
+    unread: dict[str, int] = {}
+    looks: dict[str, int] = {}
+    for snap in passes:
+        for r in snap.data("rings").get("rings", []) or []:
+            if not isinstance(r, dict) or not set(r.get("mapped_by") or []) & dep.pids:
+                continue
+            name = str(r.get("name"))
+            key = (name, r.get("inode"))
+            flags = _last_flags(r)
+            if r.get("moved") or (key in seen and flags is not None and seen[key] not in (None, flags)):
+                moved.add(name)
+            seen[key] = flags if flags is not None else seen.get(key)
+            looks[name] = looks.get(name, 0) + int(r.get("sample_count") or 1)
+            unread[name] = max((int(u) for u in r.get("unread_slots") or [] if isinstance(u, int)), default=0)
+    p.moved_what += [f"ring {n} flags changed" for n in sorted(moved)]
+    p.still += [f"ring {n} still" for n, k in sorted(looks.items()) if k > 1 and n not in moved]
+    p.in_flight += [f"ring {n} holds {u} unread slot(s)" for n, u in sorted(unread.items()) if u and n not in moved]
+
+
+def _last_flags(ring: dict[str, Any]) -> str | None:
+    flags = [s.get("flags") for s in ring.get("samples") or [] if isinstance(s, dict) and isinstance(s.get("flags"), str)]
+    return flags[-1] if flags else None
+
+
+# ---- stacks ------------------------------------------------------------------------------------
+def stack_observations(passes: list[Snapshot], dep: Deployment) -> dict[int, list[Observation]]:
+    """pid -> (class, stop signature, call site) per look, in time order (dump, its resample, next pass...)."""
+    roles = {p["pid"]: role_of(p) for p in dep.processes}
+    out: dict[int, list[Observation]] = {}
+    for snap in passes:
+        for d in snap.data("stacks").get("dumps", []) or []:
+            if not isinstance(d, dict) or roles.get(d.get("pid")) not in COMPUTE_ROLES:
+                continue
+            for threads in (d.get("threads"), (d.get("resample") or {}).get("threads")):
+                if threads:
+                    sc = classify_threads(threads, roles[d["pid"]])
+                    site = call_site(thread_frames(threads, sc))
+                    out.setdefault(int(d["pid"]), []).append((sc, stop_signature(threads, sc), site))
+    return out
+
+
+def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
+    names = {q["pid"]: _short(q) for q in dep.processes}
+    moved, still, busy = [], [], []
+    p.observations = stack_observations(passes, dep)
+    for pid, obs in sorted(p.observations.items()):
+        last = obs[-1][0]
+        if last.name in STEP_CLASSES:
+            busy.append(f"{names.get(pid, pid)} {last.label}")
+        if len(obs) < 2:
+            continue
+        if all(sc.name in POLLING for sc, _, _ in obs):
+            still.append(f"{names.get(pid, pid)} only polled the KV connector ({last.label})")
+        elif len({sig for _, sig, _ in obs}) > 1:
+            moved.append(str(names.get(pid, pid)))
+        elif last.name in STEP_CLASSES:
+            still.append(f"{names.get(pid, pid)} held {last.label} at {last.where}")
+    if moved:
+        p.moved_what.append("stacks changed: " + ", ".join(moved[:8]))
+    p.still += still
+    if busy:
+        p.in_flight.append("in a step: " + ", ".join(busy[:8]) + (" ..." if len(busy) > 8 else ""))
+
+
+def _short(proc: dict[str, Any]) -> str:
+    name = str(proc.get("name") or "")
+    return name.replace("Worker_", "") if name else f"{role_of(proc)} {proc['pid']}"
+
+
+# ---- an in-process engine's output ---------------------------------------------------------------
+def _script_output(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
+    """LLM() in-process at TP=1 has no /metrics and no rings, and a busy engine waits at the same sync
+    point every step, so its stack alone cannot show movement. What it writes can: LLM.generate's
+    progress bar (tqdm, on by default) goes to stderr as requests finish (/proc/<pid>/io wchar)."""
+    pids = {q["pid"] for q in dep.processes if q.get("inprocess_engine")}
+    if not pids or len(passes) < 2:
+        return
+
+    def written(snap: Snapshot) -> dict[int, int]:
+        return {int(q["pid"]): int(q["io"]["wchar"]) for q in snap.data("processes").get("processes", []) or []
+                if isinstance(q, dict) and q.get("pid") in pids and isinstance(q.get("io"), dict)
+                and isinstance(q["io"].get("wchar"), int)}
+    a, b = written(passes[0]), written(passes[-1])
+    for pid in sorted(set(a) & set(b)):
+        if b[pid] > a[pid]:
+            p.moved_what.append(f"the script (pid {pid}) wrote {b[pid] - a[pid]} bytes (its progress output)")
+        else:
+            p.still.append(f"the script (pid {pid}) wrote nothing")
+
+
+# ---- CPU ---------------------------------------------------------------------------------------
+def _cpu(passes: list[Snapshot], dep: Deployment) -> dict[int, float]:
+    if len(passes) < 2:
+        return {}
+    def times(snap: Snapshot) -> dict[int, float]:
+        return {int(q["pid"]): float(q.get("cpu_user_s") or 0.0) + float(q.get("cpu_system_s") or 0.0)
+                for q in snap.data("processes").get("processes", []) or []
+                if isinstance(q, dict) and q.get("pid") in dep.pids and role_of(q) in COMPUTE_ROLES}
+    a, b = times(passes[0]), times(passes[-1])
+    return {pid: round(b[pid] - a[pid], 2) for pid in a if pid in b}
