@@ -1,5 +1,6 @@
-"""What users install: the built wheel holds every tracked file under its packages (a missing one broke
-`vllmdiag demo` outside the checkout), and a simulator that cannot start says why on its one line."""
+"""What users install: the product's wheel and the simulator's (sim/) hold every tracked file under their
+packages (a missing one broke `vllmdiag demo` outside the checkout), the product's holds no simulator and
+none of its libraries, and a simulator that is missing or cannot start says why on its one line."""
 
 from __future__ import annotations
 
@@ -23,23 +24,61 @@ def _tracked() -> list[str]:
     return [f for f in out.stdout.split("\0") if f]
 
 
-def test_the_wheel_holds_every_tracked_file_of_its_packages(tmp_path: Path) -> None:
-    # Build from the tracked files alone (a build/ left in the tree could hide a missing file).
-    src = tmp_path / "src"
-    for rel in _tracked():
+SIM_LIBS = ("psutil", "pyzmq", "setproctitle")
+
+
+def _wheel(src: Path, out: Path) -> set[str]:
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (whl,) = out.glob("*.whl")
+    return set(zipfile.ZipFile(whl).namelist())
+
+
+def _missing(names: set[str], tracked: list[str], prefix: str = "") -> list[str]:
+    """Tracked files under the wheel's packages (``prefix`` is where the project sits in the checkout)."""
+    rel = [f[len(prefix):] for f in tracked if f.startswith(prefix)]
+    tops = {n.split("/")[0] for n in names if "/" in n and not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops, "the wheel holds no package"
+    return [f for f in rel if f.split("/")[0] in tops and f not in names and "__pycache__" not in f]
+
+
+def test_both_wheels_hold_every_tracked_file_of_their_packages(tmp_path: Path) -> None:
+    """The product's wheel and the simulator's (sim/): each holds its packages' tracked files; the
+    product's holds no simulator and depends on none of the simulator's libraries."""
+    src = tmp_path / "src"  # built from the tracked files alone (a build/ left in the tree could hide one)
+    tracked = _tracked()
+    for rel in tracked:
         if (REPO / rel).is_file():
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, src / rel)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                            "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr[-2000:]
-    names: set[str] = set()
-    for whl in (tmp_path / "dist").glob("*.whl"):
-        names |= set(zipfile.ZipFile(whl).namelist())
-    tops = {n.split("/")[0] for n in names if "/" in n and not n.split("/")[0].endswith((".dist-info", ".data"))}
-    missing = [f for f in _tracked() if f.split("/")[0] in tops and f not in names and "__pycache__" not in f]
-    assert tops, "the wheel holds no package"
-    assert missing == [], f"tracked files the wheel leaves out: {missing}"
+    product = _wheel(src, tmp_path / "dist")
+    simulator = _wheel(src / "sim", tmp_path / "simdist")
+    assert _missing(product, tracked) == [], "tracked files the product wheel leaves out"
+    assert _missing(simulator, tracked, "sim/") == [], "tracked files the simulator wheel leaves out"
+    assert not [n for n in product if n.startswith("vllmdiag_sim")]
+    assert "vllmdiag_sim/bin/vllm" in simulator and any(n.startswith("vllmdiag_sim/vllm/") and n.endswith(".so")
+                                                         for n in simulator)
+    (meta,) = [n for n in product if n.endswith(".dist-info/METADATA")]
+    with zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))) as zf:
+        requires = [line.split(":", 1)[1].strip().lower() for line in zf.read(meta).decode().splitlines()
+                    if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    assert requires and not [r for r in requires if r.startswith(SIM_LIBS)], requires
+
+
+def test_demo_and_sim_without_the_simulator_name_the_command_that_adds_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    from vllmdiag.cli import SIM_INSTALL, main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllmdiag_sim" else real(name, *a))
+    for argv in (["demo"], ["sim", "list-faults"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and SIM_INSTALL in err, err
 
 
 def test_a_simulator_that_did_not_start_names_the_root_cause_on_its_first_line() -> None:

@@ -42,8 +42,24 @@ def main(argv: list[str] | None = None) -> None:
         kwargs = triage_kwargs(argv[1:])
         if kwargs is not None:
             raise SystemExit(_guard(lambda: triage_command(**kwargs)))
+    if argv[:1] in (["demo"], ["sim"]) and not {"-h", "--help"} & set(argv[1:]) and _guard(_need_simulator):
+        raise SystemExit(EXIT_USAGE)
     app = build_app(argv)
     raise SystemExit(_guard(lambda: app(args=argv, prog_name="vllmdiag", standalone_mode=False) or 0))
+
+
+# The simulator is its own distribution (sim/pyproject.toml): production nodes install none of it.
+SIM_INSTALL = "python3 -m pip install ./sim"
+
+
+def _need_simulator() -> int:
+    """``demo`` and ``sim`` run the simulator: without it, one line naming the command that adds it."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllmdiag_sim") is None:
+        raise BadInput(f"the simulator is not installed (demo and sim need it): run `{SIM_INSTALL}` "
+                       "in the vllmdiag checkout")
+    return 0
 
 
 def _click_exceptions() -> list[Any]:
