@@ -32,7 +32,7 @@ from vllmdiag_sim.deployment import Deployment
 RESULTS = Path(__file__).parent / "results"
 RSS_SNIPPET = (
     "import sys\n"
-    "from vllmdiag.cli import main\n"
+    "from vllmdiag.cli.app import main\n"
     "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
     "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
     "sys.stderr.write(f'VMHWM_KB={hwm}\\n')\n"

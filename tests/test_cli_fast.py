@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any
 
 import pytest
 import typer.main
 
-import vllmdiag.cli as cli
-from vllmdiag.cli_fast import FLAGS, VALUES, triage_kwargs
+import vllmdiag.cli.app as cli
+from vllmdiag.cli import options
+from vllmdiag.cli.fast_triage import FLAGS, VALUES, triage_kwargs
+from vllmdiag.cli.options import with_defaults
 
 TRIAGE = cli.triage_command
 LINES = [[], ["--json"], ["--json", "--pid", "5"], ["--pid", "5", "--pid=7", "-v"], ["--budget", "3.5", "--confirm=0"],
@@ -50,15 +51,27 @@ def test_every_fast_option_is_declared_by_the_typer_command() -> None:
 def test_the_fast_reading_is_typers(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     fast = triage_kwargs(args)
     assert fast is not None
-    call = inspect.signature(TRIAGE).bind(**fast)
-    call.apply_defaults()  # what triage_command sees when the fast path calls it
+    seen = with_defaults(options.TRIAGE, fast)  # what triage_command reads when the fast path calls it
     via_typer = _typer_call(args, monkeypatch)
-    assert set(via_typer) == set(call.arguments)
+    assert set(via_typer) == set(seen)
     for name, value in via_typer.items():
-        got = call.arguments[name]
+        got = seen[name]
         assert got == value and type(got) is type(value), (name, got, value)
 
 
 @pytest.mark.parametrize("args", TYPER_ONLY, ids=" ".join)
 def test_anything_else_is_left_to_typer(args: list[str]) -> None:
     assert triage_kwargs(args) is None
+
+
+def test_collect_is_one_table_for_argparse_and_typer() -> None:
+    """The collector's argparse door (what every node runs) and typer's `collect --help` read one table."""
+    from vllmdiag.cli.collect import build_parser
+
+    words = {n for o in options.COLLECT for n in o.names}
+    parsed = {s for a in build_parser()._actions for s in a.option_strings} - {"-h", "--help", "--version"}
+    command = typer.main.get_command(cli.build_app(["collect"])).commands["collect"]  # type: ignore[attr-defined]
+    shown = {opt for p in command.params for opt in p.opts} - {"--help"}
+    assert parsed == words == shown
+    helps = {a.help for a in build_parser()._actions if a.option_strings and a.help} - {"show this help message and exit"}
+    assert {o.help for o in options.COLLECT} <= helps | {"show program's version number and exit"}

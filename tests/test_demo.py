@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllmdiag.demo import Injected, grade
+from vllmdiag.cli.demo import Injected, grade
 from vllmdiag_sim.faults import EXPECTED, FAULTS
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy and namespaces need root")
@@ -82,7 +82,7 @@ def test_demo_of_a_healthy_deployment_is_healthy_and_graded(env: dict[str, str],
 
 def test_fleet_demo_without_root_says_so_exit_2(env: dict[str, str]) -> None:
     if os.geteuid() == 0:
-        code = "import os, sys; os.geteuid = lambda: 1000; from vllmdiag.cli import main; main(sys.argv[1:])"
+        code = "import os, sys; os.geteuid = lambda: 1000; from vllmdiag.cli.app import main; main(sys.argv[1:])"
         out = subprocess.run([sys.executable, "-c", code, "demo", "--fleet"], capture_output=True, text=True,
                              timeout=30, env=env)
     else:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from vllmdiag import errors
 from vllmdiag.analysis.views.stack_match import StackRulesError
-from vllmdiag.cli_errors import UsageError
 from vllmdiag.infile import InputError
 from vllmdiag.model import SnapshotError
 from vllmdiag.outfile import OutputError
@@ -21,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bad_input_kinds_are_one_class_with_exit_2() -> None:
-    for cls in (SnapshotError, StackRulesError, PlaybookError, RegistryError, InputError, OutputError, UsageError):
+    for cls in (SnapshotError, StackRulesError, PlaybookError, RegistryError, InputError, OutputError):
         assert issubclass(cls, errors.BadInput), cls
         assert cls("x").exit_code == errors.EXIT_USAGE == 2
     assert errors.Unreachable("x").exit_code == errors.EXIT_INCONCLUSIVE == 4

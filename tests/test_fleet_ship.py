@@ -16,9 +16,9 @@ from vllmdiag.fleet.transport import SHIP_SNIPPET
 def test_bundle_holds_the_collect_path_only(tmp_path: Path) -> None:
     path = write_zipapp(tmp_path / "collect.pyz")
     names = zipfile.ZipFile(path).namelist()
-    assert "__main__.py" in names and "vllmdiag/collect_cli.py" in names and "vllmdiag/probes/processes.py" in names
+    assert "__main__.py" in names and "vllmdiag/cli/collect.py" in names and "vllmdiag/probes/processes.py" in names
     assert not [n for n in names if n.startswith(("vllmdiag/render/", "vllmdiag/fleet/", "vllmdiag_sim/"))]
-    assert "vllmdiag/cli.py" not in names and build_zipapp() == path.read_bytes()  # deterministic
+    assert "vllmdiag/cli/app.py" not in names and build_zipapp() == path.read_bytes()  # deterministic
 
 
 def test_bundle_runs_without_the_installed_package(tmp_path: Path) -> None:

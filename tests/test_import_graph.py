@@ -16,18 +16,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = "vllmdiag"
-SIM_ENTRY = {"vllmdiag.cli", "vllmdiag.demo", "vllmdiag.demo_fleet"}  # `vllmdiag sim ...`, `vllmdiag demo [--fleet]`
+SIM_ENTRY = {"vllmdiag.cli.app", "vllmdiag.cli.demo", "vllmdiag.cli.demo_fleet"}  # `vllmdiag sim ...`, `vllmdiag demo [--fleet]`
 
 
 def is_face(module: str) -> bool:
-    """The doors: ``vllmdiag/cli*.py``, ``collect_cli``/``collect_help``, ``__main__``, the demo, and each
-    package's ``cli.py`` (``fleet.cli`` registers ``sweep``). A door may import anything; nothing else
-    imports a door."""
-    parts = module.split(".")
-    if module == "vllmdiag.cli_errors":  # the old name of errors.BadInput (UsageError), not a door
-        return False
-    return (module in ("vllmdiag.__main__", "vllmdiag.collect_cli", "vllmdiag.collect_help")
-            or (len(parts) == 2 and parts[1].startswith(("cli", "demo"))) or (len(parts) == 3 and parts[2] == "cli"))
+    """The doors: the ``vllmdiag/cli/`` package (every command) and ``__main__``. A door may import
+    anything; nothing else imports a door."""
+    return module == "vllmdiag.__main__" or _under(module, "vllmdiag.cli")
+
 
 FORBIDDEN = {
     # (importer prefix, imported prefixes it must never reach)
@@ -175,7 +171,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_graph_sees_the_imports() -> None:
     edges = graph()
     assert "vllmdiag.model" in edges["vllmdiag.analysis.bisect"]  # module level
-    assert "vllmdiag.collect_cli" in edges["vllmdiag.cli"]  # inside a function
+    assert "vllmdiag.cli.collect" in edges["vllmdiag.cli.app"]  # inside a function
     assert len(edges) > 100
 
 
@@ -225,7 +221,7 @@ def test_ship_bundle_holds_the_collect_path_only() -> None:
 
     data = build_zipapp()
     names = zipfile.ZipFile(io.BytesIO(data[data.index(b"PK"):])).namelist()
-    assert "vllmdiag/collect_cli.py" in names and "vllmdiag/model/report.py" in names
+    assert "vllmdiag/cli/collect.py" in names and "vllmdiag/model/report.py" in names
     assert not [n for n in names if n.startswith(("vllmdiag_sim", "vllmdiag/render/", "vllmdiag/fleet/", "vllmdiag/gate/"))]
 
 

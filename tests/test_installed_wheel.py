@@ -70,7 +70,7 @@ def test_demo_and_sim_without_the_simulator_name_the_command_that_adds_it(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import importlib.util
 
-    from vllmdiag.cli import SIM_INSTALL, main
+    from vllmdiag.cli.app import SIM_INSTALL, main
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllmdiag_sim" else real(name, *a))

@@ -1,4 +1,4 @@
-from vllmdiag.cli import main
+from vllmdiag.cli.app import main
 
 if __name__ == "__main__":
     main()

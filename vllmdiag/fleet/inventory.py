@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 from vllmdiag.fleet.nodes import MAX_NODES, NODE_NAME, check_name, estimate_size
 
 _OPTION = re.compile(r"-o([A-Za-z]+)=([^\s]{1,512})")
@@ -65,7 +65,7 @@ def load_inventory(path: Path) -> Inventory:
     try:
         raw = read_yaml(path, "inventory") or {}  # regular file, size cap, no YAML aliases (issue 15)
     except InputError as exc:
-        raise UsageError(f"--inventory {exc}") from None
+        raise BadInput(f"--inventory {exc}") from None
     return parse_inventory(raw, str(path))
 
 
@@ -79,18 +79,18 @@ def parse_inventory(raw: Any, where: str) -> Inventory:
     groups = {}
     for name, nodes in _mapping(obj.get("groups") or {}, f"{where}: groups").items():
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(name)) or not isinstance(nodes, str):
-            raise UsageError(f"{where}: group {name!r} must be a name mapped to a node set string")
+            raise BadInput(f"{where}: group {name!r} must be a name mapped to a node set string")
         if estimate_size(nodes) > MAX_NODES:
-            raise UsageError(f"{where}: group {name!r} is larger than {MAX_NODES} nodes")
+            raise BadInput(f"{where}: group {name!r} is larger than {MAX_NODES} nodes")
         groups[str(name)] = nodes
     inv = Inventory(groups=groups, defaults=defaults)
     for pattern, opts in _mapping(obj.get("nodes") or {}, f"{where}: nodes").items():
         if estimate_size(str(pattern)) > MAX_NODES:
-            raise UsageError(f"{where}: nodes: {pattern!r} is larger than {MAX_NODES} nodes")
+            raise BadInput(f"{where}: nodes: {pattern!r} is larger than {MAX_NODES} nodes")
         try:
             names = list(NodeSet(str(pattern)))
         except NodeSetException as exc:
-            raise UsageError(f"{where}: nodes: invalid node set {pattern!r}: {exc}") from None
+            raise BadInput(f"{where}: nodes: invalid node set {pattern!r}: {exc}") from None
         for name in names:
             base = inv.nodes.get(check_name(name), defaults)
             inv.nodes[name] = _conn(_mapping(opts or {}, f"{where}: {name}"), base, f"{where}: {name}")
@@ -104,9 +104,9 @@ def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
         if key in obj:
             value = str(obj[key])
             if key in ("address", "user") and not NODE_NAME.fullmatch(value):
-                raise UsageError(f"{where}: {key} {value!r} is not a valid host or user name")
+                raise BadInput(f"{where}: {key} {value!r} is not a valid host or user name")
             if key not in ("address", "user") and (not value or value.startswith("-") or "\n" in value):
-                raise UsageError(f"{where}: {key} {value!r} is not a valid path")
+                raise BadInput(f"{where}: {key} {value!r} is not a valid path")
             if key == "ssh_config":
                 _check_ssh_config(value, where)
             out = replace(out, **{key: value})  # type: ignore[arg-type]
@@ -115,18 +115,18 @@ def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
 
         value = str(obj["ship_python"])
         if not re.fullmatch(SHIP_PYTHON, value):
-            raise UsageError(f"{where}: ship_python {value!r} must be an absolute path of plain characters")
+            raise BadInput(f"{where}: ship_python {value!r} must be an absolute path of plain characters")
         out = replace(out, ship_python=value)
     if "port" in obj:
         port = obj["port"]
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-            raise UsageError(f"{where}: port must be an integer 1-65535")
+            raise BadInput(f"{where}: port must be an integer 1-65535")
         out = replace(out, port=port)
     if "strict_host_key_checking" in obj:
         value = obj["strict_host_key_checking"]
         value = {True: "yes", False: "no"}.get(value, value)
         if value not in STRICT_VALUES:
-            raise UsageError(f"{where}: strict_host_key_checking must be one of {', '.join(STRICT_VALUES)}")
+            raise BadInput(f"{where}: strict_host_key_checking must be one of {', '.join(STRICT_VALUES)}")
         out = replace(out, strict_host_key_checking=value)
     if "ssh_options" in obj:
         out = replace(out, ssh_options=_ssh_options(obj["ssh_options"], where))
@@ -144,39 +144,39 @@ def _check_ssh_config(path: str, where: str) -> None:
     try:
         text = read_input(path, "ssh config", 1 << 20)
     except InputError as exc:
-        raise UsageError(f"{where}: ssh_config {exc}") from None
+        raise BadInput(f"{where}: ssh_config {exc}") from None
     for number, line in enumerate(text.splitlines(), 1):
         words = line.strip().replace("=", " ", 1).split()
         if not words or words[0].startswith("#"):
             continue
         if words[0].lower() not in SSH_OPTIONS_ALLOWED | {"host", "hostname"}:
-            raise UsageError(f"{where}: ssh_config {path} line {number}: {words[0]} is not allowed (it can run "
+            raise BadInput(f"{where}: ssh_config {path} line {number}: {words[0]} is not allowed (it can run "
                              "commands or change what ssh loads); allowed are the ssh_options keywords and Host")
 
 
 def _ssh_options(opts: Any, where: str) -> tuple[str, ...]:
     if not isinstance(opts, list) or not all(isinstance(o, str) for o in opts):
-        raise UsageError(f"{where}: ssh_options must be a list of -oKey=Value strings")
+        raise BadInput(f"{where}: ssh_options must be a list of -oKey=Value strings")
     for opt in opts:
         m = _OPTION.fullmatch(opt)
         if m is None:
-            raise UsageError(f"{where}: ssh option {opt[:80]!r} must be one -oKey=Value string")
+            raise BadInput(f"{where}: ssh option {opt[:80]!r} must be one -oKey=Value string")
         if m.group(1).lower() not in SSH_OPTIONS_ALLOWED:
-            raise UsageError(f"{where}: ssh option {m.group(1)} is not allowed in an inventory (it can run commands "
+            raise BadInput(f"{where}: ssh option {m.group(1)} is not allowed in an inventory (it can run commands "
                              "or change what ssh loads); allowed: Port, User, IdentityFile, ConnectTimeout, "
                              "StrictHostKeyChecking, UserKnownHostsFile, ProxyJump, ... (see the README)")
         if m.group(2).startswith("-"):
-            raise UsageError(f"{where}: ssh option {m.group(1)}: a value must not start with '-'")
+            raise BadInput(f"{where}: ssh option {m.group(1)}: a value must not start with '-'")
     return tuple(opts)
 
 
 def _mapping(raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        raise UsageError(f"{where}: expected a mapping, got {type(raw).__name__}")
+        raise BadInput(f"{where}: expected a mapping, got {type(raw).__name__}")
     return raw
 
 
 def _no_extra(obj: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
     extra = sorted(str(k) for k in obj if k not in allowed)
     if extra:
-        raise UsageError(f"{where}: unknown key {extra[0]!r} (allowed: {', '.join(allowed)})")
+        raise BadInput(f"{where}: unknown key {extra[0]!r} (allowed: {', '.join(allowed)})")

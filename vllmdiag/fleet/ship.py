@@ -60,7 +60,8 @@ SHIP_PYTHON = r"/[A-Za-z0-9_.+/-]{1,1023}"
 
 # Front-end packages the node never needs; keeping them out keeps the bundle small and its imports lean.
 _SKIP_DIRS = ("render", "fleet", "gate")
-_SKIP_FILES = ("cli.py", "__main__.py")
+_SKIP_FILES = ("__main__.py",)
+_SHIP_DOORS = ("__init__.py", "collect.py", "options.py")  # of vllmdiag/cli/: the collector's door only
 MAIN = (
     "import os, platform, sys, zipfile\n"
     "if sys.version_info < (3, 10):\n"
@@ -82,7 +83,7 @@ MAIN = (
     "    os.environ['PATH'] = os.environ.get('PATH', '/usr/bin:/bin') + os.pathsep + os.path.dirname(path)\n"
     "if os.environ.get('VLLMDIAG_SHIPPED') == '1':\n"
     "    _py_spy()\n"
-    "from vllmdiag.collect_cli import main\n"
+    "from vllmdiag.cli.collect import main\n"
     "raise SystemExit(main(sys.argv[1:]))\n"
 )
 
@@ -110,6 +111,8 @@ def build_zipapp(with_py_spy: bool = False) -> bytes:
     for path in sorted([*root.rglob("*.py"), *root.glob("playbooks/*.yaml")]):
         rel = path.relative_to(root)
         if rel.parts[0] in _SKIP_DIRS or (len(rel.parts) == 1 and rel.name in _SKIP_FILES):
+            continue
+        if rel.parts[0] == "cli" and rel.as_posix() not in {f"cli/{name}" for name in _SHIP_DOORS}:
             continue
         if "__pycache__" in rel.parts:
             continue

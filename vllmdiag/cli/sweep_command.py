@@ -1,4 +1,4 @@
-"""``vllmdiag sweep``: thin typer command over ``vllmdiag.fleet.api`` (registered by vllmdiag/cli.py)."""
+"""``vllmdiag sweep``: thin typer command over ``vllmdiag.fleet.api`` (registered by vllmdiag/cli/app.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from vllmdiag.cli_common import arg as _arg
-from vllmdiag.cli_common import opt as _opt
+from vllmdiag.cli.shared import arg as _arg
+from vllmdiag.cli.shared import opt as _opt
 from vllmdiag.errors import BadInput
 
 DEFAULT_CONFIRM_S = 10.0  # triage's (vllmdiag.api.DEFAULT_CONFIRM_S; not imported: this module loads for --help)
@@ -102,7 +102,7 @@ def sweep_command(
         result = sweep(plan, confirm=confirm > 0)
     else:
         result = _with_progress(plan, lambda p, progress: sweep(p, progress, confirm > 0))
-    from vllmdiag.cli_common import emit
+    from vllmdiag.cli.shared import emit
 
     rc = emit(result, json_out, report)  # the verdict first: a --save that cannot be written is exit 2 after it
     if save is not None:

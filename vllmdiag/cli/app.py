@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from vllmdiag import __version__
-from vllmdiag.cli_common import arg as _arg
-from vllmdiag.cli_common import emit
-from vllmdiag.cli_common import opt as _opt
+from vllmdiag.cli.options import COLLECT, TRIAGE, typer_command, with_defaults
+from vllmdiag.cli.shared import arg as _arg
+from vllmdiag.cli.shared import emit
+from vllmdiag.cli.shared import opt as _opt
 from vllmdiag.errors import EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE, BadInput, VllmdiagError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -25,19 +26,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["collect"] and {"-h", "--help"} & set(argv[1:]):
-        from vllmdiag.collect_cli import build_parser
-        from vllmdiag.collect_help import show
-
-        raise SystemExit(show(build_parser()))
-    if argv[:1] == ["collect"]:
+    if argv[:1] == ["collect"] and not {"-h", "--help"} & set(argv[1:]):
         # Fast path without typer/rich: collect is what every node of a sweep runs.
-        from vllmdiag.collect_cli import main as collect_main
+        from vllmdiag.cli.collect import main as collect_main
 
         raise SystemExit(_guard(lambda: collect_main(argv[1:])))
     if argv[:1] == ["triage"]:
         # Fast path without typer (~27 ms): the plain command lines of the command every on-call runs.
-        from vllmdiag.cli_fast import triage_kwargs
+        from vllmdiag.cli.fast_triage import triage_kwargs
 
         kwargs = triage_kwargs(argv[1:])
         if kwargs is not None:
@@ -123,10 +119,10 @@ def build_app(argv: list[str] | None = None) -> Any:
             print(__version__)
             raise typer.Exit(0)
 
-    app.command("triage")(triage_command)
+    app.command("triage")(typer_command(triage_command, TRIAGE))
     app.command("analyze")(analyze_command)
-    app.command("collect", help="Collect a snapshot (JSON) of this node; see `vllmdiag collect --help`.",
-                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(_collect_passthrough)
+    # collect runs on argparse (cli/collect.py: every node, typer or not); typer shows its help from the table.
+    app.command("collect")(typer_command(_collect_passthrough, COLLECT))
     app.command("playbook")(playbook_command)
     app.command("demo")(demo_command)
     command = next((a for a in argv or [] if not a.startswith("-")), None)
@@ -137,9 +133,9 @@ def build_app(argv: list[str] | None = None) -> Any:
             app.add_typer(sim_app, name="sim", help="Simulated vLLM 0.33 deployments with fault injection.")
         except ImportError:
             pass
-    for module, attr in (("vllmdiag.fleet.cli", "register"),
-                         ("vllmdiag.gate.cli", "register"),
-                         ("vllmdiag.watch.cli", "register")):
+    for module, attr in (("vllmdiag.cli.sweep_command", "register"),
+                         ("vllmdiag.cli.gate_command", "register"),
+                         ("vllmdiag.cli.watch_command", "register")):
         try:
             register = getattr(importlib.import_module(module), attr)
         except (ModuleNotFoundError, AttributeError):
@@ -148,31 +144,20 @@ def build_app(argv: list[str] | None = None) -> Any:
     return app
 
 
-def _collect_passthrough() -> int:
-    from vllmdiag.collect_cli import main as collect_main
+def _collect_passthrough(**given: Any) -> int:
+    """Collect a read-only snapshot (JSON) of this node's vLLM processes."""
+    from vllmdiag.cli.collect import main as collect_main
 
     return collect_main(sys.argv[2:])
 
 
-def triage_command(
-    json_out: Annotated[bool, _opt("--json", help="print the JSON contract instead of the rich view")] = False,
-    save: Annotated[Path | None, _opt("--save", help="also write the raw snapshot to this file")] = None,
-    report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
-    pid: Annotated[list[int] | None, _opt("--pid", help="only the deployment(s) containing this pid")] = None,
-    probe: Annotated[list[str] | None, _opt("--probe", help="run only these probes")] = None,
-    budget: Annotated[float, _opt("--budget", help="total seconds for collection")] = 8.0,
-    native: Annotated[bool, _opt("--native", help="py-spy --native (C/CUDA frames)")] = False,
-    nonblocking: Annotated[bool, _opt("--nonblocking", help="py-spy --nonblocking (never pauses a target)")] = False,
-    nccl_ras: Annotated[bool, _opt("--nccl-ras", help="ask NCCL's RAS service once (NCCL >= 2.24)")] = False,
-    probe_request: Annotated[bool, _opt("--probe-request", help="send one 1-token completion to the API")] = False,
-    enable: Annotated[list[str] | None, _opt("--enable", help="turn on an opt-in probe by name (repeatable)")] = None,
-    watch: Annotated[float, _opt("--watch", help="observe this many seconds and report rates")] = 0.0,
-    confirm: Annotated[float, _opt("--confirm", help="when work is in flight and nothing moved, keep watching up "
-                                   "to this many seconds before calling it a hang (0 = off)")] = 10.0,
-    verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
-) -> int:
+def triage_command(**given: Any) -> int:
     """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
     from vllmdiag.api import triage
+
+    o = with_defaults(TRIAGE, given)  # the options as declared in cli/options.py (typer passes them all)
+    budget, watch, confirm, native, nonblocking = o["budget"], o["watch"], o["confirm"], o["native"], o["nonblocking"]
+    report, json_out = o["report"], o["json_out"]
 
     if not 0.2 <= budget <= 600:
         raise BadInput("--budget must be between 0.2 and 600 seconds")
@@ -185,17 +170,17 @@ def triage_command(
     _check_report_name(report)
     from vllmdiag.registry import opt_in
 
-    options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": nccl_ras,
-                               "probe_request": probe_request, **opt_in(enable or [])}
+    options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": o["nccl_ras"],
+                               "probe_request": o["probe_request"], **opt_in(o["enable"] or [])}
     if watch:
         options["watch_s"] = watch
-    from vllmdiag.cli_progress import WatchBar
+    from vllmdiag.cli.progress_line import WatchBar
 
-    _verbose(verbose)
+    _verbose(o["verbose"])
     with _confirm_bar() as tick, WatchBar(watch, enabled=sys.stderr.isatty() and not json_out) as bar:
-        result = triage(pids=pid, probes=probe, options=options, budget_s=budget + watch, confirm_s=confirm,
+        result = triage(pids=o["pid"], probes=o["probe"], options=options, budget_s=budget + watch, confirm_s=confirm,
                         on_confirm=bar.chain(tick))
-    return emit(result, json_out, report, save)
+    return emit(result, json_out, report, o["save"])
 
 
 def _verbose(on: bool) -> None:
@@ -288,12 +273,12 @@ def demo_command(
     _check_report_name(report)
     _verbose(verbose)
     if fleet:
-        from vllmdiag.demo_fleet import demo_fleet
+        from vllmdiag.cli.demo_fleet import demo_fleet
 
         if not 2 <= nodes <= 8:
             raise BadInput("--nodes must be between 2 and 8")
         return int(demo_fleet(fault=fault, nodes=nodes, tp=tp or 2, rank=rank, report=report))
-    from vllmdiag.demo import demo
+    from vllmdiag.cli.demo import demo
 
     return int(demo(fault=fault, tp=tp or 4, rank=rank, report=report))
 

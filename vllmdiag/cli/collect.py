@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from vllmdiag import __version__
+from vllmdiag.cli.options import COLLECT, add_to_parser
 from vllmdiag.errors import EXIT_USAGE, VllmdiagError
 
 
@@ -23,20 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vllmdiag collect", description="Collect a read-only snapshot of this node's vLLM processes.")
-    p.add_argument("--json", action="store_true", help="print the snapshot as JSON (default when --out is not given)")
-    p.add_argument("--out", type=Path, help="write the snapshot to this file")
-    p.add_argument("--probe", action="append", dest="probes", help="run only these probes (repeatable)")
-    p.add_argument("--budget", type=float, default=8.0, help="total seconds for the whole collection")
-    p.add_argument("--pid", type=int, action="append", dest="pids", help="limit stacks/rings to these deployments")
-    p.add_argument("--native", action="store_true", help="py-spy --native stacks")
-    p.add_argument("--nonblocking", action="store_true", help="py-spy --nonblocking (never pauses targets)")
-    p.add_argument("--nccl-ras", action="store_true", help="query NCCL's RAS service once")
-    p.add_argument("--preflight", action="store_true", help="also collect the gate's preflight facts")
-    p.add_argument("--enable", action="append", default=[], metavar="PROBE",
-                   help="turn on an opt-in probe by name (repeatable; e.g. nccl_ras, preflight)")
-    p.add_argument("--confirm", type=float, default=0.0, metavar="S",
-                   help="when work is in flight and nothing moved, keep watching up to S seconds (as triage; 0 = off)")
-    p.add_argument("--node", help="node name to record (default: hostname)")
+    add_to_parser(p, COLLECT)  # the one option table (cli/options.py); typer's `collect --help` reads it too
     p.add_argument("--version", action="version", version=__version__)
     return p
 
@@ -54,18 +41,18 @@ def main(argv: list[str]) -> int:
 
     options = {"native": args.native, "nonblocking": args.nonblocking, "nccl_ras": args.nccl_ras,
                "preflight": args.preflight}
-    if args.pids:
-        options["pids"] = args.pids
+    if args.pid:
+        options["pids"] = args.pid
     if args.node:
         options["node"] = args.node
     try:
-        options.update(opt_in(args.enable))
-        snap = collect(probes=args.probes, options=options, budget_s=args.budget, confirm_s=args.confirm)
+        options.update(opt_in(args.enable or []))
+        snap = collect(probes=args.probe, options=options, budget_s=args.budget, confirm_s=args.confirm)
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {exc}\n")
         return exc.exit_code
     text = json.dumps(snap.to_dict(), default=str)
-    if args.json or not args.out:
+    if args.json_out or not args.out:
         sys.stdout.write(text + "\n")
     if args.out:
         from vllmdiag.outfile import OutputError, write_output

@@ -1,4 +1,4 @@
-"""`vllmdiag gate`: registered on the typer app by vllmdiag/cli.py when this module exists.
+"""`vllmdiag gate`: registered on the typer app by vllmdiag/cli/app.py when this module exists.
 
 Exit codes: 0 every required check passed (warnings and skips allowed), 1 a required check failed,
 2 bad usage or config (one line on stderr).
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-from vllmdiag.cli_common import opt as _opt
+from vllmdiag.cli.shared import opt as _opt
 
 
 def register(app: Any) -> None:

@@ -1,4 +1,4 @@
-"""``vllmdiag watch``: thin typer command over ``vllmdiag.watch.watcher`` (registered by vllmdiag/cli.py)."""
+"""``vllmdiag watch``: thin typer command over ``vllmdiag.watch.watcher`` (registered by vllmdiag/cli/app.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Annotated, Any
 
-from vllmdiag.cli_common import opt as _opt
+from vllmdiag.cli.shared import opt as _opt
 from vllmdiag.errors import BadInput
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgKMG]i?[bB]?|[bB])?\s*$")

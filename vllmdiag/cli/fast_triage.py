@@ -1,25 +1,20 @@
 """``vllmdiag triage`` without typer: the common command lines, read here, call the same command.
 
 Importing typer (with its vendored click) costs ~27 ms of a ~0.5 s triage, and every on-call run
-is a triage. This reads only plain shapes: the options ``triage_command`` declares (``cli.py``
-stays the one declaration: tests/test_cli_fast.py checks every name here against typer's command
-and that both readings give the same call). Anything else -- --help, an unknown or misspelt option,
-a value typer would reject or read differently (missing, empty, starting with '-') -- returns None
-and typer reads the line as always, with its messages.
+is a triage. This reads only plain shapes of the options in ``options.TRIAGE`` (the one table typer's
+command is built from too: tests/test_cli_fast.py checks that both readings give the same call).
+Anything else -- --help, an unknown or misspelt option, a value typer would reject or read differently
+(missing, empty, starting with '-') -- returns None and typer reads the line as always, with its messages.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-FLAGS = {"--json": "json_out", "--native": "native", "--nonblocking": "nonblocking", "--nccl-ras": "nccl_ras",
-         "--probe-request": "probe_request", "-v": "verbose", "--verbose": "verbose"}
-# option -> (parameter, type, repeatable)
-VALUES: dict[str, tuple[str, type, bool]] = {
-    "--pid": ("pid", int, True), "--probe": ("probe", str, True), "--enable": ("enable", str, True),
-    "--budget": ("budget", float, False), "--watch": ("watch", float, False), "--confirm": ("confirm", float, False),
-    "--save": ("save", Path, False), "--report": ("report", Path, False)}
+from vllmdiag.cli.options import TRIAGE, fast_flags, fast_values
+
+FLAGS = fast_flags(TRIAGE)
+VALUES = fast_values(TRIAGE)  # option -> (parameter, type, repeatable)
 
 
 def triage_kwargs(args: list[str]) -> dict[str, Any] | None:

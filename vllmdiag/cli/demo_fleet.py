@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.demo import (
+from vllmdiag.cli.demo import (
     Injected,
     check_fault,
     default_rank,
@@ -125,8 +125,8 @@ def ns_init_pid(launcher_pid: int) -> int:
 def _sweep(console: Any, names: list[str], template: str) -> Any:
     from ClusterShell.NodeSet import NodeSet
 
+    from vllmdiag.cli.sweep_command import _with_progress
     from vllmdiag.fleet.api import sweep
-    from vllmdiag.fleet.cli import _with_progress
     from vllmdiag.fleet.sweep import SweepPlan
     from vllmdiag.fleet.transport import Transport
 
