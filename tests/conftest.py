@@ -3,8 +3,10 @@ simulator's own fixtures."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("VLLMDIAG_TESTING", "1")
+
+
+# ---- fast pure tests and live ones (issue 27) ------------------------------------------------------
+# A test module is live when it starts something: the simulator, a subprocess, a namespace, sshd, a real
+# vLLM, a socket. `pytest -m unit` runs the pure ones (analysis, render, parsers: seconds), `-m live` the
+# rest; the README's one command runs both. Read from the module's text, so a new test is sorted by what
+# it does, never by a list someone forgets to update.
+LIVE_WORDS = re.compile(r"sim_fixtures|fleet_fixtures|fake_tree|vllmdiag_sim|subprocess|Popen|multiprocessing|os\.fork"
+                        r"|sshd|unshare|nsenter|real_vllm|socket\.socket|\bzmq\b|cpu_hog")
+
+
+@functools.cache
+def is_live(path: Path) -> bool:
+    return bool(LIVE_WORDS.search(path.read_text(encoding="utf-8")))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.live if is_live(Path(item.path)) else pytest.mark.unit)
 
 
 # ---- CPU hog (issue 15, item 15): the suite must hold with a busy core beside it ------------------

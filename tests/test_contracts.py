@@ -81,3 +81,11 @@ def test_the_fast_yaml_loader_reads_every_shipped_file_as_the_pure_python_one() 
     assert len(texts) >= 2
     for text in texts:
         assert yaml.load(text, Loader=SAFE_LOADER) == yaml.load(text, Loader=yaml.SafeLoader)
+
+
+def test_tests_are_sorted_into_unit_and_live_by_what_they_start() -> None:
+    from conftest import is_live
+
+    here = Path(__file__).parent
+    assert not is_live(here / "test_new_finding.py") and not is_live(here / "test_gpu_fold.py")
+    assert is_live(here / "test_sim_cli.py") and is_live(here / "test_fleet_sweep.py")
