@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from vllmdiag.errors import BadInput
-from vllmdiag.fleet.transport import Transport, remote_argv
 from vllmdiag.registry import discover, opt_in
+from vllmdiag.sweep.transport import Transport, remote_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 

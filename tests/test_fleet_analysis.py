@@ -10,9 +10,9 @@ import pytest
 
 from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 from vllmdiag.api import analyze_files, collect
-from vllmdiag.fleet.api import FleetResult, save
 from vllmdiag.model import NodeOutcome, Snapshot
 from vllmdiag.render.files import to_html, to_markdown
+from vllmdiag.sweep.sweep_api import FleetResult, save
 
 from fake_tree import fake_tree
 

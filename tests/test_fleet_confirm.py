@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.fleet.sweep import SweepPlan, fit_confirm
-from vllmdiag.fleet.transport import Transport, remote_argv
+from vllmdiag.sweep.fanout import SweepPlan, fit_confirm
+from vllmdiag.sweep.transport import Transport, remote_argv
 
 from fleet_fixtures import ns_init_pid, skip_reason
 from sim_fixtures import two_node_group

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from vllmdiag.errors import BadInput
-from vllmdiag.fleet.inventory import parse_inventory
-from vllmdiag.fleet.nodes import resolve_nodes
-from vllmdiag.fleet.outcome import classify
-from vllmdiag.fleet.transport import SHIP_SNIPPET, Transport, node_argv
+from vllmdiag.sweep.inventory import parse_inventory
+from vllmdiag.sweep.nodes import resolve_nodes
+from vllmdiag.sweep.outcome import classify
+from vllmdiag.sweep.transport import SHIP_SNIPPET, Transport, node_argv
 
 HOSTILE = ["gpu1;rm -rf /", "gpu$(id)", "gpu`id`", "-oProxyCommand=touch", "gpu 1", "gpu1\nid", "a|b", "a>b",
            "gpu1&", "../etc", "a'b", 'a"b', "a\\b", "gpu1\x00"]

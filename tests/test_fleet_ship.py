@@ -9,15 +9,15 @@ import sys
 import zipfile
 from pathlib import Path
 
-from vllmdiag.fleet.ship import build_zipapp, local_py_spy, write_zipapp
-from vllmdiag.fleet.transport import SHIP_SNIPPET
+from vllmdiag.sweep.ship import build_zipapp, local_py_spy, write_zipapp
+from vllmdiag.sweep.transport import SHIP_SNIPPET
 
 
 def test_bundle_holds_the_collect_path_only(tmp_path: Path) -> None:
     path = write_zipapp(tmp_path / "collect.pyz")
     names = zipfile.ZipFile(path).namelist()
     assert "__main__.py" in names and "vllmdiag/cli/collect.py" in names and "vllmdiag/probes/processes.py" in names
-    assert not [n for n in names if n.startswith(("vllmdiag/render/", "vllmdiag/fleet/", "vllmdiag_sim/"))]
+    assert not [n for n in names if n.startswith(("vllmdiag/render/", "vllmdiag/sweep/", "vllmdiag_sim/"))]
     assert "vllmdiag/cli/app.py" not in names and build_zipapp() == path.read_bytes()  # deterministic
 
 

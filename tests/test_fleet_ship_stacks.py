@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.fleet.ship import local_py_spy
+from vllmdiag.sweep.ship import local_py_spy
 
 from fleet_fixtures import ns_init_pid, skip_reason
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from vllmdiag.fleet.steps import via_transport
-from vllmdiag.fleet.transport import Transport
+from vllmdiag.sweep.node_steps import via_transport
+from vllmdiag.sweep.transport import Transport
 
 
 def test_exec_template_replaces_on_node_and_ssh_steps() -> None:

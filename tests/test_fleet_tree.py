@@ -103,7 +103,7 @@ def test_bad_tree_options_are_one_line_exit_2(tree_fleet: tuple[Fleet, Path, Pat
 
 
 def test_topology_file_routes_through_its_gateway(tree_fleet: tuple[Fleet, Path, Path], tmp_path: Path) -> None:
-    from vllmdiag.fleet.tree import local_name
+    from vllmdiag.sweep.tree import local_name
 
     fl, inv, logs = tree_fleet
     topo = tmp_path / "topology.conf"

@@ -14,9 +14,9 @@ from vllmdiag.gate.checks_gpu import check_gpu_health
 from vllmdiag.gate.checks_limits import check_nofile, check_ptrace
 from vllmdiag.gate.checks_url import check_ports, check_url_completion
 from vllmdiag.gate.config import ALL_CHECKS, NODE_CHECKS, ConfigError, GateConfig, _check_fields, load_config, parse_config
-from vllmdiag.gate.fleet import gate_fleet
+from vllmdiag.gate.cross_node import gate_fleet
 from vllmdiag.gate.junit import fleet_junit
-from vllmdiag.gate.rings import ring_bytes
+from vllmdiag.gate.shm_sizing import ring_bytes
 from vllmdiag.model import ProbeResult, Snapshot
 
 GiB = 1 << 30

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from vllmdiag.context import Context
-from vllmdiag.fleet.ship import local_py_spy
 from vllmdiag.gate.junit import to_junit
 from vllmdiag.gate.result import CheckResult, NodeGateResult
 from vllmdiag.probes import preflight, stacks
+from vllmdiag.sweep.ship import local_py_spy
 
 
 def test_gate_ship_and_triage_find_the_same_py_spy(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -223,7 +223,7 @@ def test_sweep_save_dir_refuses_a_planted_symlink(tmp_path: Path, reliability: A
     """sweep --save DIR writes one file per node through the same writer: a symlink planted at
     DIR/<node>.json is refused and its target unchanged."""
     from vllmdiag.api import analyze_files
-    from vllmdiag.fleet.api import save
+    from vllmdiag.sweep.sweep_api import save
 
     real = Path(__file__).parent / "data" / "vllm-real" / "snap-d-worker-tp1-sigstop.json"
     result = analyze_files([real])

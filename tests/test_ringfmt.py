@@ -223,7 +223,7 @@ def test_fuzz_decoder_on_solvable_sizes(k: int, c_mib: int, n: int, flags: bytes
 
 def test_one_geometry_for_the_gate_and_the_decoder() -> None:
     """The gate sizes /dev/shm with the geometry the decoder solves for (one statement, issue 16)."""
-    from vllmdiag.gate.rings import ring_bytes
+    from vllmdiag.gate.shm_sizing import ring_bytes
 
     for tp in (2, 8):
         rpc = rf.Geometry(rf.RPC_CHUNKS, rf.RPC_CHUNK_BYTES, tp)

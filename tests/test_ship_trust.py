@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.fleet.inventory import parse_inventory
-from vllmdiag.fleet.transport import Transport, node_argv
+from vllmdiag.sweep.inventory import parse_inventory
+from vllmdiag.sweep.transport import Transport, node_argv
 
 from fleet_fixtures import Fleet, NodeSpec, fleet, ns_init_pid, skip_reason
 
@@ -161,7 +161,7 @@ def test_ship_python_from_the_inventory_and_the_command_line() -> None:
 
 def test_snippet_refuses_writable_directories_and_non_pythons(tmp_path: Path) -> None:
     """The same check without ssh: a root-owned Python in a group-writable directory, a shell, a relative name."""
-    from vllmdiag.fleet.ship import SHIP_SNIPPET
+    from vllmdiag.sweep.ship import SHIP_SNIPPET
 
     loose = tmp_path / "loose"
     loose.mkdir()

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from vllmdiag.errors import BadInput
-from vllmdiag.fleet.inventory import parse_inventory
-from vllmdiag.fleet.transport import Transport, node_argv
+from vllmdiag.sweep.inventory import parse_inventory
+from vllmdiag.sweep.transport import Transport, node_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = ROOT / "tests" / "data" / "vllm-real" / "snap-a-healthy.json"

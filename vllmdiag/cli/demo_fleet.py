@@ -126,9 +126,9 @@ def _sweep(console: Any, names: list[str], template: str) -> Any:
     from ClusterShell.NodeSet import NodeSet
 
     from vllmdiag.cli.sweep_command import _with_progress
-    from vllmdiag.fleet.api import sweep
-    from vllmdiag.fleet.sweep import SweepPlan
-    from vllmdiag.fleet.transport import Transport
+    from vllmdiag.sweep.fanout import SweepPlan
+    from vllmdiag.sweep.sweep_api import sweep
+    from vllmdiag.sweep.transport import Transport
 
     remote = f"{sys.executable} -m vllmdiag"
     folded = str(NodeSet.fromlist(names))

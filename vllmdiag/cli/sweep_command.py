@@ -1,4 +1,4 @@
-"""``vllmdiag sweep``: thin typer command over ``vllmdiag.fleet.api`` (registered by vllmdiag/cli/app.py)."""
+"""``vllmdiag sweep``: thin typer command over ``vllmdiag.sweep.sweep_api`` (registered by vllmdiag/cli/app.py)."""
 
 from __future__ import annotations
 
@@ -54,15 +54,15 @@ def sweep_command(
 ) -> int:
     """Diagnose every node of a fleet at once: one verdict, nodes folded into classes, sick nodes listed."""
     started = _process_start()  # --sweep-timeout covers everything from the command's start to the verdict
-    from vllmdiag.fleet.api import save as save_dir
-    from vllmdiag.fleet.api import sweep
-    from vllmdiag.fleet.inventory import load_inventory
-    from vllmdiag.fleet.nodes import resolve_nodes
-    from vllmdiag.fleet.sweep import SweepPlan, fit_confirm
-    from vllmdiag.fleet.transport import Transport
-    from vllmdiag.fleet.tree import TreeSpec
-    from vllmdiag.fleet.tree import check as check_tree
     from vllmdiag.registry import opt_in
+    from vllmdiag.sweep.fanout import SweepPlan, fit_confirm
+    from vllmdiag.sweep.inventory import load_inventory
+    from vllmdiag.sweep.nodes import resolve_nodes
+    from vllmdiag.sweep.sweep_api import save as save_dir
+    from vllmdiag.sweep.sweep_api import sweep
+    from vllmdiag.sweep.transport import Transport
+    from vllmdiag.sweep.tree import TreeSpec
+    from vllmdiag.sweep.tree import check as check_tree
 
     if verbose:
         from vllmdiag.render import text
@@ -126,8 +126,8 @@ def _process_start() -> float:
 def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool) -> int:
     import json
 
-    from vllmdiag.fleet.gate import gate_payload, sweep_gate
     from vllmdiag.render.gate_view import render_gate
+    from vllmdiag.sweep.gate_nodes import gate_payload, sweep_gate
 
     if json_out:
         result, outcomes = sweep_gate(plan, config, tp)

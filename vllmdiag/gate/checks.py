@@ -16,7 +16,7 @@ from vllmdiag.gate.checks_url import check_ports, check_url_completion, check_ur
 from vllmdiag.gate.common import probe_problem, vllm_processes
 from vllmdiag.gate.config import GateConfig
 from vllmdiag.gate.result import CheckResult, result
-from vllmdiag.gate.rings import human_bytes, ring_bytes
+from vllmdiag.gate.shm_sizing import human_bytes, ring_bytes
 from vllmdiag.model import Snapshot
 
 Check = Callable[[Snapshot, GateConfig], CheckResult]

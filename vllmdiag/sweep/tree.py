@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllmdiag.errors import BadInput
-from vllmdiag.fleet.inventory import NodeConn
-from vllmdiag.fleet.nodes import check_name
-from vllmdiag.fleet.transport import remote_argv, ssh_options
+from vllmdiag.sweep.inventory import NodeConn
+from vllmdiag.sweep.nodes import check_name
+from vllmdiag.sweep.transport import remote_argv, ssh_options
 
 if TYPE_CHECKING:
-    from vllmdiag.fleet.sweep import SweepPlan
+    from vllmdiag.sweep.fanout import SweepPlan
 
 
 @dataclass(frozen=True)

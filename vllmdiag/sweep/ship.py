@@ -59,7 +59,7 @@ VLLMDIAG_SHIPPED=1 "$py" -I "$d/collect.pyz" "$@"
 SHIP_PYTHON = r"/[A-Za-z0-9_.+/-]{1,1023}"
 
 # Front-end packages the node never needs; keeping them out keeps the bundle small and its imports lean.
-_SKIP_DIRS = ("render", "fleet", "gate")
+_SKIP_DIRS = ("render", "sweep", "gate")
 _SKIP_FILES = ("__main__.py",)
 _SHIP_DOORS = ("__init__.py", "collect.py", "options.py")  # of vllmdiag/cli/: the collector's door only
 MAIN = (

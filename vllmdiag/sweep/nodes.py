@@ -15,7 +15,7 @@ from vllmdiag.errors import BadInput
 from vllmdiag.model.fleet import NODE_NAME, natural_key
 
 if TYPE_CHECKING:
-    from vllmdiag.fleet.inventory import Inventory
+    from vllmdiag.sweep.inventory import Inventory
 
 MAX_NODES = 100_000
 

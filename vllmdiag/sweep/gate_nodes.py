@@ -1,6 +1,6 @@
 """``vllmdiag sweep --gate``: the pre-rollout gate on every node, collected by the same fan-out.
 
-The node checks and the cross-node comparisons are the gate's (``vllmdiag.gate.fleet.gate_fleet``);
+The node checks and the cross-node comparisons are the gate's (``vllmdiag.gate.cross_node.gate_fleet``);
 this only runs the gate's probes remotely (``preflight`` is opt-in and enabled by naming it) and hands
 over the snapshots, with the nodes that did not answer as failed ``collect`` checks.
 """
@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.fleet.outcome import NodeOutcome
-from vllmdiag.fleet.sweep import Progress, SweepPlan, run_sweep
+from vllmdiag.sweep.fanout import Progress, SweepPlan, run_sweep
+from vllmdiag.sweep.outcome import NodeOutcome
 
 
 def gate_probes() -> tuple[str, ...]:
@@ -27,7 +27,7 @@ def gate_probes() -> tuple[str, ...]:
 def sweep_gate(plan: SweepPlan, config: Path | None, tp: int | None = None,
                progress: Progress | None = None) -> tuple[Any, list[NodeOutcome]]:
     from vllmdiag.gate.config import load_config
-    from vllmdiag.gate.fleet import gate_fleet
+    from vllmdiag.gate.cross_node import gate_fleet
 
     cfg = load_config(config).with_tp(tp)
     # No confirm window: the gate checks a node before rollout, it does not judge a hang.

@@ -12,8 +12,8 @@ import shlex
 from dataclasses import dataclass
 
 from vllmdiag.errors import BadInput
-from vllmdiag.fleet.inventory import STRICT_VALUES, Inventory, NodeConn
-from vllmdiag.fleet.ship import SHIP_ARGV0, SHIP_PYTHON, SHIP_SNIPPET
+from vllmdiag.sweep.inventory import STRICT_VALUES, Inventory, NodeConn
+from vllmdiag.sweep.ship import SHIP_ARGV0, SHIP_PYTHON, SHIP_SNIPPET
 
 
 @dataclass(frozen=True)

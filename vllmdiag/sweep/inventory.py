@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.errors import BadInput
-from vllmdiag.fleet.nodes import MAX_NODES, NODE_NAME, check_name, estimate_size
+from vllmdiag.sweep.nodes import MAX_NODES, NODE_NAME, check_name, estimate_size
 
 _OPTION = re.compile(r"-o([A-Za-z]+)=([^\s]{1,512})")
 # ssh options an inventory may set (issue 15 item 14): how to reach and authenticate, never something
@@ -111,7 +111,7 @@ def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
                 _check_ssh_config(value, where)
             out = replace(out, **{key: value})  # type: ignore[arg-type]
     if "ship_python" in obj:
-        from vllmdiag.fleet.ship import SHIP_PYTHON
+        from vllmdiag.sweep.ship import SHIP_PYTHON
 
         value = str(obj["ship_python"])
         if not re.fullmatch(SHIP_PYTHON, value):
@@ -136,7 +136,7 @@ def _conn(obj: dict[str, Any], base: NodeConn, where: str) -> NodeConn:
 def _check_ssh_config(path: str, where: str) -> None:
     """An ssh config file (-F) holds the same keywords as ssh_options, so the same allow-list applies to
     it (ProxyCommand, LocalCommand, Match exec, Include would run or pull in anything). A file that is
-    not on this machine lives on the gateways (vllmdiag/fleet/tree.py) and cannot be checked here."""
+    not on this machine lives on the gateways (vllmdiag/sweep/tree.py) and cannot be checked here."""
     from vllmdiag.infile import InputError, read_input
 
     if not Path(path).exists():

@@ -11,9 +11,9 @@ from pathlib import Path
 from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 from vllmdiag.analysis.across_nodes.second_look_nodes import CONFIRM_PROBES, merge_resample, nodes_to_confirm
 from vllmdiag.api import NODES_FILE, TriageResult
-from vllmdiag.fleet.outcome import NodeOutcome
-from vllmdiag.fleet.steps import via_transport
-from vllmdiag.fleet.sweep import Progress, SweepPlan, run_sweep
+from vllmdiag.sweep.fanout import Progress, SweepPlan, run_sweep
+from vllmdiag.sweep.node_steps import via_transport
+from vllmdiag.sweep.outcome import NodeOutcome
 
 MIN_CONFIRM_S = 2.0
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from vllmdiag.fleet.transport import Transport
 from vllmdiag.steps import exec_prefix, via_exec
+from vllmdiag.sweep.transport import Transport
 
 __all__ = ["exec_prefix", "via_transport"]
 

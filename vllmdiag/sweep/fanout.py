@@ -17,11 +17,11 @@ from typing import Any
 
 from ClusterShell.Event import EventHandler
 
-from vllmdiag.fleet.clients import Deadline, argv_worker
-from vllmdiag.fleet.inventory import Inventory
-from vllmdiag.fleet.outcome import NodeOutcome, classify
-from vllmdiag.fleet.transport import Transport, node_argv
-from vllmdiag.fleet.tree import TreeSpec
+from vllmdiag.sweep.cluster_workers import Deadline, argv_worker
+from vllmdiag.sweep.inventory import Inventory
+from vllmdiag.sweep.outcome import NodeOutcome, classify
+from vllmdiag.sweep.transport import Transport, node_argv
+from vllmdiag.sweep.tree import TreeSpec
 
 MAX_OUTPUT_BYTES = 256 << 20
 STDERR_LINES = 20
@@ -36,7 +36,7 @@ class SweepPlan:
     timeout_s: float = 20.0  # per node: connect + collect
     fanout: int = 64
     sweep_timeout_s: float | None = None  # whole sweep; default from the waves the fanout needs
-    tree: TreeSpec | None = None  # through ClusterShell gateways (vllmdiag/fleet/tree.py)
+    tree: TreeSpec | None = None  # through ClusterShell gateways (vllmdiag/sweep/tree.py)
     # When the sweep began (time.monotonic()): the deadline counts from there, node-list resolution included.
     started: float = field(default_factory=time.monotonic)
     setup_s: float = 0.0  # spent reading and resolving the node list (a measure of this machine's speed now)
@@ -162,7 +162,7 @@ def run_sweep(plan: SweepPlan, progress: Progress | None = None) -> list[NodeOut
     """Collect from every node of the plan; one outcome per node, in node-set order, always on time."""
     from ClusterShell.Task import Task, task_self
 
-    from vllmdiag.fleet.ship import build_zipapp
+    from vllmdiag.sweep.ship import build_zipapp
 
     handler = _Handler(plan, progress)
     task: Task = task_self()
@@ -171,7 +171,7 @@ def run_sweep(plan: SweepPlan, progress: Progress | None = None) -> list[NodeOut
     task.set_default("stderr_msgtree", False)
     feeder = None
     if plan.tree is not None:
-        from vllmdiag.fleet.tree import schedule
+        from vllmdiag.sweep.tree import schedule
 
         schedule(task, plan, handler).set_write_eof()
     else:
