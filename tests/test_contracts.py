@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.analysis.contract import analyzers, layer_analyzers
+from vllmdiag.analysis.contract import analyzers, group_checks, layer_analyzers
 from vllmdiag.model import LAYERS
 from vllmdiag.playbook import load_playbooks
 from vllmdiag.probe import PROBE_LAYERS
@@ -22,7 +22,7 @@ def _analysis_modules() -> list[Any]:
     """The layer analyzers (found by folder) and the cross-node modules that emit codes."""
     import vllmdiag.analysis.across_nodes as across_pkg
 
-    out: list[Any] = list(analyzers())
+    out: list[Any] = [*analyzers(), *group_checks()]
     for info in pkgutil.iter_modules(across_pkg.__path__):
         module = importlib.import_module(f"{across_pkg.__name__}.{info.name}")
         if hasattr(module, "CODES"):

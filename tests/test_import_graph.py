@@ -2,8 +2,8 @@
 analysis -> Report -> render, read from every ``import`` statement of the product (module level and
 inside functions: a lazy import is still a door).
 
-Rules by folder: fails on an arrow from the probes to analysis/render/fleet/gate/the CLI, from render to
-analysis/fleet/gate/the CLI, from the model to anything but itself, from a derived view
+Rules by folder: fails on an arrow from the probes to analysis/render/sweep/gate/the CLI, from render to
+analysis/sweep/gate/the CLI, from the model to anything but itself, from a derived view
 (``analysis/views/``) to an analyzer or the engines, from anything to an analyzer
 (``analysis/layers/<layer>/``: found by folder, never imported by hand), from anything to the simulator
 outside the sim/demo entry points, from a library to the CLI, and on any import cycle between modules.
@@ -27,22 +27,23 @@ def is_face(module: str) -> bool:
 
 FORBIDDEN = {
     # (importer prefix, imported prefixes it must never reach)
-    "vllmdiag.probes": ("vllmdiag.analysis", "vllmdiag.render", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli",
+    "vllmdiag.probes": ("vllmdiag.analysis", "vllmdiag.render", "vllmdiag.sweep", "vllmdiag.gate", "vllmdiag.cli",
                         "vllmdiag.api", "vllmdiag.runner"),
-    "vllmdiag.render": ("vllmdiag.analysis", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli", "vllmdiag.api",
+    "vllmdiag.render": ("vllmdiag.analysis", "vllmdiag.sweep", "vllmdiag.gate", "vllmdiag.cli", "vllmdiag.api",
                         "vllmdiag.probes", "vllmdiag.runner"),
-    "vllmdiag.model": tuple(f"vllmdiag.{p}" for p in ("analysis", "render", "fleet", "gate", "cli", "api", "probes",
+    "vllmdiag.model": tuple(f"vllmdiag.{p}" for p in ("analysis", "render", "sweep", "gate", "cli", "api", "probes",
                                                        "runner", "context", "playbook", "registry")),
-    "vllmdiag.analysis": ("vllmdiag.render", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli", "vllmdiag.api",
+    "vllmdiag.analysis": ("vllmdiag.render", "vllmdiag.sweep", "vllmdiag.gate", "vllmdiag.cli", "vllmdiag.api",
                           "vllmdiag.probes", "vllmdiag.runner"),
     # A view is derived data, never a finding: it reads views, the model and the stack rules only.
     "vllmdiag.analysis.views": tuple(f"vllmdiag.analysis.{p}" for p in ("layers", "across_nodes", "bisect", "contract",
                                                                         "report_model", "verdict_writer")),
-    "vllmdiag.api": ("vllmdiag.render", "vllmdiag.fleet", "vllmdiag.gate", "vllmdiag.cli"),
-    "vllmdiag.fleet": ("vllmdiag.render", "vllmdiag.cli"),
-    "vllmdiag.gate": ("vllmdiag.render", "vllmdiag.fleet", "vllmdiag.cli"),
+    "vllmdiag.api": ("vllmdiag.render", "vllmdiag.sweep", "vllmdiag.gate", "vllmdiag.cli"),
+    "vllmdiag.sweep": ("vllmdiag.render", "vllmdiag.cli"),
+    "vllmdiag.gate": ("vllmdiag.render", "vllmdiag.sweep", "vllmdiag.cli"),
 }
-ANALYZERS = "vllmdiag.analysis.layers"  # analysis/contract.py finds them by folder
+# analysis/contract.py finds these by folder: the layer analyzers and the cross-node group checks
+ANALYZERS = ("vllmdiag.analysis.layers", "vllmdiag.analysis.across_nodes.checks")
 # Known edges that wait for another change to land, each with the reason. Empty is the goal.
 ALLOWED: set[tuple[str, str]] = set()
 
@@ -122,7 +123,7 @@ def wrong_way(edges: dict[str, set[str]]) -> list[str]:
             for prefix, forbidden in FORBIDDEN.items():
                 if _under(src, prefix) and any(_under(dst, f) for f in forbidden):
                     bad.append(f"{src} -> {dst}")
-            if _under(dst, ANALYZERS):
+            if any(_under(dst, a) for a in ANALYZERS):
                 bad.append(f"{src} -> {dst} (an analyzer is found by folder, never imported by hand)")
             if dst.split(".")[0] == "vllmdiag_sim":
                 bad.append(f"{src} -> {dst} (the simulator is imported only by the sim/demo entry points)")
@@ -188,6 +189,7 @@ def test_the_checks_can_fail() -> None:
         "vllmdiag.probes.stacks -> vllmdiag.analysis.views.progress"]
     assert wrong_way({"vllmdiag.analysis.views.progress": {"vllmdiag.analysis.bisect"}}) == [
         "vllmdiag.analysis.views.progress -> vllmdiag.analysis.bisect"]
+    assert wrong_way({"vllmdiag.analysis.across_nodes.analyze_nodes": {"vllmdiag.analysis.across_nodes.checks.rank_missing"}})
     hand = "vllmdiag.analysis.layers.queue.grammar"
     assert wrong_way({"vllmdiag.api": {hand}, "vllmdiag.analysis.layers.client.requests": {hand}}) == [
         f"vllmdiag.analysis.layers.client.requests -> {hand} (an analyzer is found by folder, never imported by hand)",
@@ -213,16 +215,18 @@ def test_every_module_in_a_layer_folder_is_an_analyzer_and_no_view_is() -> None:
 
 
 def test_ship_bundle_holds_the_collect_path_only() -> None:
-    """What ``sweep --ship`` copies to a node: no simulator, no front end (render, fleet, gate, CLI)."""
+    """What ``sweep --ship`` copies to a node: no simulator, no front end (render, sweep, gate, CLI)."""
     import io
     import zipfile
 
-    from vllmdiag.fleet.ship import build_zipapp
+    from vllmdiag.sweep.ship import build_zipapp
 
     data = build_zipapp()
     names = zipfile.ZipFile(io.BytesIO(data[data.index(b"PK"):])).namelist()
     assert "vllmdiag/cli/collect.py" in names and "vllmdiag/model/report.py" in names
-    assert not [n for n in names if n.startswith(("vllmdiag_sim", "vllmdiag/render/", "vllmdiag/fleet/", "vllmdiag/gate/"))]
+    assert not [n for n in names if n.startswith(("vllmdiag_sim", "vllmdiag/render/", "vllmdiag/sweep/", "vllmdiag/gate/"))]
+    doors = {n for n in names if n.startswith("vllmdiag/cli/")}
+    assert doors == {"vllmdiag/cli/__init__.py", "vllmdiag/cli/collect.py", "vllmdiag/cli/options.py"}, doors
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ by name). It has:
   confirm passes although the rings move (a held grammar compile steps empty batches).
 
 ``analyze`` reads derived views from ``analysis/views/`` and never another analyzer's internals.
-Cross-node analyzers live in ``analysis/across_nodes/``.
+Cross-node group checks are found the same way: every module in ``analysis/across_nodes/checks/`` has
+``CODES``, ``check_group(group, snapshots, failed) -> list[Finding]`` and optionally ``ORDER``
+(``group_checks``); ``analysis/across_nodes/analyze_nodes.py`` runs them on each group spanning nodes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import LAYERS, Finding, Snapshot
 
 LAYERS_PACKAGE = "vllmdiag.analysis.layers"
+GROUP_CHECKS_PACKAGE = "vllmdiag.analysis.across_nodes.checks"
 DEFAULT_ORDER = 100
 
 
@@ -68,6 +71,21 @@ def analyzers() -> tuple[ModuleType, ...]:
                 raise TypeError(f"{module.__name__}: an analyzer needs LAYER = {layer!r}, CODES and analyze()")
             out.append((li, int(getattr(module, "ORDER", DEFAULT_ORDER)), info.name, module))
     return tuple(m for *_, m in sorted(out, key=lambda t: t[:3]))
+
+
+@lru_cache(maxsize=1)
+def group_checks() -> tuple[ModuleType, ...]:
+    """Every cross-node group check, in ``ORDER`` then name (a module there that breaks the contract is a bug)."""
+    package = importlib.import_module(GROUP_CHECKS_PACKAGE)
+    out: list[tuple[int, str, ModuleType]] = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        if not callable(getattr(module, "check_group", None)) or not getattr(module, "CODES", None):
+            raise TypeError(f"{module.__name__}: a cross-node check needs CODES and check_group()")
+        out.append((int(getattr(module, "ORDER", DEFAULT_ORDER)), info.name, module))
+    return tuple(m for *_, m in sorted(out, key=lambda t: t[:2]))
 
 
 def layer_analyzers() -> list[tuple[str, Analyzer]]:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from vllmdiag.analysis.across_nodes import dp_world_joined as dp_worlds
 from vllmdiag.analysis.across_nodes import rank_groups, ray_groups
-from vllmdiag.analysis.across_nodes.collective_odd import compare_across_nodes
 from vllmdiag.analysis.across_nodes.node_classes import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows
 from vllmdiag.analysis.across_nodes.uniform_hang import uniform_across_nodes
 from vllmdiag.analysis.bisect import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
+from vllmdiag.analysis.contract import group_checks
 from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, NodeOutcome, Report, Snapshot, SnapshotError, Verdict
 
 STATUS_OF_FAILED = "inconclusive"
@@ -94,8 +94,7 @@ def _groups_ok(node: _Node, failed: dict[str, str]) -> bool:
     snaps = {node.name: node.snapshot} if node.snapshot is not None else {}
     try:
         for group in rank_groups.join(alone):
-            rank_groups.check(group, failed)
-            compare_across_nodes(group, snaps)
+            _check_group(group, snaps, failed)
     except MALFORMED:
         return False
     return True
@@ -131,7 +130,7 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
             node = nodes[m.node]
             node.findings = [f for f in node.findings if not _defeated(f, m)]
             touched.add(m.node)
-        cross = rank_groups.check(group, failed) + compare_across_nodes(group, snaps)
+        cross = _check_group(group, snaps, failed)
         if group.key.startswith("ray:") and not any(f.severity != "info" for f in cross):
             whole = uniform_across_nodes(group, snaps, {n: nodes[n].findings for n in group.nodes})
             if whole is not None:  # replaces each share's suspicion; every node of the group is blocked by it
@@ -166,6 +165,11 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
                                                                   if f.deployment == r.deployment.id]))
                         for r in node.reports]
     return joined
+
+
+def _check_group(group: rank_groups.RankGroup, snaps: dict[str, Snapshot], failed: dict[str, str]) -> list[Finding]:
+    """Every cross-node group check, found by folder (analysis/across_nodes/checks/), in order."""
+    return [f for check in group_checks() for f in check.check_group(group, snaps, failed)]
 
 
 def _explained(group: rank_groups.RankGroup) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
 
 CODES = ("fleet.rank_straggler", "fleet.collective_mismatch")
+ORDER = 1
 _CODE = {"straggler": "fleet.rank_straggler", "mismatch": "fleet.collective_mismatch"}
 
 
@@ -80,3 +81,8 @@ def _finding(group: RankGroup, key: GroupKey, members: dict[int, dict[str, Any]]
                                          "class": o.cls.label if o.cls else None} for o in odd]}
     return Finding(code=_CODE[kind], layer="gpu", severity=severity, node=head_snap.node, message=msg, pids=pids,
                    evidence=evidence, deployment=dep_id, culprits=culprits)
+
+
+def check_group(group: RankGroup, snapshots: dict[str, Snapshot], failed: dict[str, str]) -> list[Finding]:
+    """The cross-node group check contract (analysis/contract.group_checks)."""
+    return compare_across_nodes(group, snapshots)

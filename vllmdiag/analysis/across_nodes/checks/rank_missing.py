@@ -1,0 +1,64 @@
+"""The ranks of a multi-node group checked over the union of its nodes (pure): a TP rank missing on every
+node, or presumably on a node that did not answer. A cross-node group check (analysis/across_nodes/checks/)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllmdiag.analysis.across_nodes.rank_groups import Member, RankGroup
+from vllmdiag.model import Culprit, Finding, Snapshot
+
+CODES = ("fleet.rank_missing", "fleet.ranks_unseen")
+ORDER = 0  # before the stack comparison, as the engine always ran them
+
+
+def check(group: RankGroup, failed_nodes: dict[str, str]) -> list[Finding]:
+    """Findings over the union of the group's ranks; ``failed_nodes`` maps unanswered nodes to why."""
+    present: dict[tuple[int, int, int], set[int]] = {}
+    size = 0
+    for m in group.members:
+        size = max(size, m.deployment.configured.get("tp", 0))
+        for w in m.deployment.workers:
+            ranks = w.get("ranks") or {}
+            if "tp" in ranks and w.get("state") not in ("Z", "X"):
+                present.setdefault((ranks.get("dp", 0), ranks.get("pp", 0), ranks.get("pcp", 0)), set()).add(int(ranks["tp"]))
+    head = min(group.members, key=lambda m: (m.node_rank if m.node_rank is not None else 1 << 30, m.node))
+    seen_ranks = {m.node_rank for m in group.members if m.node_rank is not None}
+    unseen = [r for r in range(group.nnodes) if r not in seen_ranks] if seen_ranks else []
+    out = []
+    for key, tps in sorted(present.items()):
+        missing = [r for r in range(max(size, max(tps) + 1)) if r not in tps]
+        if missing:
+            out.append(_missing(group, head, key, missing, unseen, failed_nodes))
+    return out
+
+
+def _missing(group: RankGroup, head: Member, key: tuple[int, int, int], missing: list[int], unseen: list[int],
+             failed: dict[str, str]) -> Finding:
+    where = "" if key == (0, 0, 0) else f" (DP{key[0]} PP{key[1]})"
+    ranks = ",".join(map(str, missing))
+    suspects = sorted(failed)
+    if suspects:
+        blame = suspects[0] if len(suspects) == 1 else "one of " + ",".join(suspects)
+        code, severity = "fleet.ranks_unseen", "warning"
+        message = (f"TP group {group.key}{where} on {','.join(group.nodes)}: ranks TP{ranks} not seen; "
+                   f"they are presumably on {blame}, which did not answer ({failed[suspects[0]]}).")
+        reason = "node did not answer; its ranks cannot be checked"
+    else:
+        blame = "?"
+        code, severity = "fleet.rank_missing", "critical"
+        nodes_hint = f" node-rank(s) {','.join(map(str, unseen))} not found on any swept node;" if unseen else ""
+        message = (f"TP group {group.key}{where} on {','.join(group.nodes)}: worker rank(s) TP{ranks} missing "
+                   f"on every node;{nodes_hint} each node saw only its own share.")
+        reason = "worker rank missing across the whole multi-node group"
+    culprits = [Culprit(node=blame, pid=None, role="worker", rank=r, title=f"VLLM::Worker_TP{r}", reason=reason)
+                for r in missing]
+    evidence: dict[str, Any] = {"group": group.key, "nodes": group.nodes, "missing_tp_ranks": missing,
+                                "unseen_node_ranks": unseen, "unanswered_nodes": suspects}
+    return Finding(code=code, layer="process", severity=severity, node=head.node, message=message, pids=[],
+                   evidence=evidence, deployment=head.deployment.id, culprits=culprits)
+
+
+def check_group(group: RankGroup, snapshots: dict[str, Snapshot], failed: dict[str, str]) -> list[Finding]:
+    """The cross-node group check contract (analysis/contract.group_checks)."""
+    return check(group, failed)
