@@ -155,3 +155,31 @@ def test_seen_on_must_name_versions() -> None:
     assert parse_rules({"rules": [rule], "precedence": ["idle"]}, "t").rules[0].seen_on == ("0.32.0", "<0.33")
     with pytest.raises(StackRulesError, match="seen_on"):
         parse_rules({"rules": [{**rule, "seen_on": ["latest"]}], "precedence": ["idle"]}, "t")
+
+
+# ---- the live server's own unbound ipc path is not "left by earlier runs" -------------------------
+def _with_stale(change: dict[str, Any]) -> Any:
+    from vllmdiag.model import Snapshot
+
+    raw = json.loads((CPU / "snap-tp1-idle.json").read_text())
+    ep = raw["probes"]["endpoints"]["data"]
+    (own,) = ep["stale_files"]
+    ep["stale_files"] = [own, {**own, "path": own["path"][:-4] + "beef", "name": own["name"][:-4] + "beef", **change}]
+    ep["stale_total"] = 2
+    return Snapshot.from_dict(raw)
+
+
+def test_live_servers_own_unbound_path_is_not_stale() -> None:
+    report = analyze_files([CPU / "snap-tp1-idle.json"]).report
+    assert not [f for f in report.findings if f.code == "handshake.stale_socket_files"]
+
+
+@pytest.mark.parametrize("change", [{"mtime": 1_796_150_000.0}, {"uid": 4242}])
+def test_a_path_no_live_process_could_have_made_stays_stale(change: dict[str, Any]) -> None:
+    from vllmdiag.analysis.engine import analyze
+
+    report = analyze([_with_stale({"uid": 0, **change})])
+    (stale,) = [f for f in report.findings if f.code == "handshake.stale_socket_files"]
+    assert stale.evidence["count"] == 1 and stale.evidence["newest"][0].endswith("beef")
+    assert [o["path"][-4:] for o in stale.evidence["live_deployments_own"]] == ["180f"]
+    assert "left by earlier runs" in stale.message and "1 more unbound path" in stale.message

