@@ -183,3 +183,52 @@ def test_a_path_no_live_process_could_have_made_stays_stale(change: dict[str, An
     assert stale.evidence["count"] == 1 and stale.evidence["newest"][0].endswith("beef")
     assert [o["path"][-4:] for o in stale.evidence["live_deployments_own"]] == ["180f"]
     assert "left by earlier runs" in stale.message and "1 more unbound path" in stale.message
+
+
+# ---- vLLM's CPU all-reduce buffers in /dev/shm: a known kind, the deployment's, leakable -----------
+CPUSHM = [f"vllm_dist_2369e0fa7d8342e89d2c398d64002fb7-tp:0-[0-1]-cpushm_{r}" for r in (0, 1)]
+
+
+def _with_cpushm(mapped: bool, kind: str = "other") -> Any:
+    """The TP=2 snapshot plus its group's two 4 MiB buffers, as a probe without the kind wrote them."""
+    from vllmdiag.model import Snapshot
+
+    raw = json.loads((CPU / "snap-tp2-rank1-held-in-forward.json").read_text())
+    shm = raw["probes"]["shm"]["data"]
+    workers = [p["pid"] for p in raw["probes"]["processes"]["data"]["processes"] if p["title"].startswith("VLLM::Worker")]
+    base = {k: v for k, v in shm["segments"][0].items() if k not in ("name", "path", "inode", "kind")}
+    for i, name in enumerate(CPUSHM):
+        shm["segments"].append({**base, "name": name, "path": f"/dev/shm/{name}", "inode": 900 + i, "kind": kind,
+                                "size_bytes": 4 << 20, "allocated_bytes": 4 << 20,
+                                "mapped_by": workers if mapped else [], "mapped_by_other": []})
+    return Snapshot.from_dict(raw)
+
+
+def test_cpushm_buffers_are_a_vllm_kind(tmp_path: Path) -> None:
+    from vllmdiag.probes.shm import list_segments
+
+    for name in CPUSHM:
+        (tmp_path / name).write_bytes(b"\0" * 4096)
+    (tmp_path / "vllm_dist_notabuffer").write_bytes(b"\0")
+    segs, _ = list_segments(str(tmp_path), str(tmp_path), set())
+    assert {s["name"]: s["kind"] for s in segs} == {**dict.fromkeys(CPUSHM, "vllm_cpushm"), "vllm_dist_notabuffer": "other"}
+
+
+def test_cpushm_buffers_mapped_by_no_process_are_leaked() -> None:
+    from vllmdiag.analysis.engine import analyze
+
+    report = analyze([_with_cpushm(mapped=False)])
+    (leak,) = [f for f in report.findings if f.code == "queue.shm_leaked"]
+    assert leak.severity == "warning" and leak.evidence["count"] == 2
+    assert {s["name"]: s["kind"] for s in leak.evidence["segments"]} == dict.fromkeys(CPUSHM, "vllm_cpushm")
+    assert all(c.reason.startswith("vLLM CPU all-reduce buffer") for c in leak.culprits)
+
+
+def test_cpushm_buffers_mapped_by_the_workers_are_the_deployments() -> None:
+    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.analysis.queue import deployment_buffers
+
+    snap = _with_cpushm(mapped=True)
+    (dep,) = find_deployments(snap)
+    assert sorted(b["name"] for b in deployment_buffers(snap, dep)) == CPUSHM
+    assert not [f for f in analyze([snap]).findings if f.code == "queue.shm_leaked"]
