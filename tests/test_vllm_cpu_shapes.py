@@ -232,3 +232,47 @@ def test_cpushm_buffers_mapped_by_the_workers_are_the_deployments() -> None:
     (dep,) = find_deployments(snap)
     assert sorted(b["name"] for b in deployment_buffers(snap, dep)) == CPUSHM
     assert not [f for f in analyze([snap]).findings if f.code == "queue.shm_leaked"]
+
+
+# ---- two engines under one script: two deployments (DP engines excepted) --------------------------
+def _two_engines(dp: bool = False) -> Any:
+    """The real TP=1 engine + worker twice over, under one Python script (one process group), as a
+    script that builds two LLM() engines runs them; ``dp``: titled as DP ranks of one engine instead."""
+    from vllmdiag.model import Snapshot
+
+    raw = json.loads((CPU / "snap-tp1-idle.json").read_text())
+    raw.pop("passes", None)
+    probes = raw["probes"]
+    plist = probes["processes"]["data"]["processes"]
+    api = next(p for p in plist if p["role"] == "api_server")
+    api.update(title="python3 two_engines.py", cmdline=["python3", "two_engines.py"], role=None, name="",
+               selected_as="parent")
+    engine = next(p for p in plist if p["role"] == "engine_core")
+    worker = next(p for p in plist if p["role"] == "worker")
+    twin_e = {**engine, "pid": engine["pid"] + 1000}
+    twin_w = {**worker, "pid": worker["pid"] + 1000, "ppid": twin_e["pid"]}
+    plist += [twin_e, twin_w]
+    if dp:
+        for i, (e, w) in enumerate(((engine, worker), (twin_e, twin_w))):
+            e.update(title=f"VLLM::EngineCore_DP{i}", cmdline=[f"VLLM::EngineCore_DP{i}"], name=f"EngineCore_DP{i}",
+                     ranks={"dp": i})
+            w.update(title=f"VLLM::Worker_DP{i}", cmdline=[f"VLLM::Worker_DP{i}"], name=f"Worker_DP{i}", ranks={"dp": i})
+    dumps = probes["stacks"]["data"]["dumps"]
+    dumps += [{**d, "pid": d["pid"] + 1000} for d in list(dumps) if d["pid"] in (engine["pid"], worker["pid"])]
+    for seg in probes["shm"]["data"]["segments"]:
+        seg["mapped_by"] = seg["mapped_by"] + [p + 1000 for p in seg["mapped_by"]]
+    return Snapshot.from_dict(raw), engine, twin_e
+
+
+def test_two_engines_under_one_script_are_two_deployments() -> None:
+    snap, engine, twin = _two_engines()
+    deps = find_deployments(snap)
+    assert sorted(d.root_pid for d in deps) == sorted([engine["pid"], twin["pid"]])
+    assert all(d.kind == "offline" and len(d.engines) == len(d.workers) == 1 for d in deps)
+    assert {d.workers[0]["ppid"] for d in deps} == {engine["pid"], twin["pid"]}
+
+
+def test_dp_engines_under_one_parent_stay_one_deployment() -> None:
+    snap, _, _ = _two_engines(dp=True)
+    (dep,) = find_deployments(snap)
+    assert len(dep.engines) == 2 and len(dep.workers) == 2
