@@ -64,6 +64,7 @@ def test_binders_peers_stale_files_and_zmtp(zctx: zmq.Context, tmp_path: Path) -
     assert ipc[str(live)]["uuid_name"]
     assert [f["path"] for f in data["stale_files"]] == [str(stale)]
     assert data["stale_total"] == 1 and data["stale_files"][0]["age_s"] >= 0
+    assert data["stale_files"][0]["uid"] == os.getuid()  # analysis tells a live server's own path by it
     zmtp = {z["endpoint"]: z for z in data["zmtp"]}
     assert zmtp[f"ipc://{live}"]["peer_socket_type"] == "ROUTER"
     assert zmtp[f"tcp://127.0.0.1:{port}"]["peer_socket_type"] == "PULL"

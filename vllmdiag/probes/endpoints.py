@@ -143,8 +143,9 @@ def stale_files(dirs: list[str], live: set[str]) -> tuple[list[dict[str, Any]], 
                     except OSError:
                         continue  # removed meanwhile
                     if stat.S_ISSOCK(st.st_mode):
+                        # uid and mtime let analysis tell a live server's own unbound path from a leftover.
                         found.append({"name": entry.name, "path": entry.path, "mtime": round(st.st_mtime, 3),
-                                      "age_s": round(max(0.0, now - st.st_mtime), 1)})
+                                      "age_s": round(max(0.0, now - st.st_mtime), 1), "uid": st.st_uid})
         except OSError:
             continue
     found.sort(key=lambda f: -f["mtime"])

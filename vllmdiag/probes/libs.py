@@ -1,4 +1,5 @@
-"""Which libnccl build each vLLM process has mapped (path + ELF build-id), and package versions.
+"""Which libnccl build each vLLM process has mapped (path + ELF build-id), package versions, and the
+vLLM install (site-packages, distributions, vllm/_version.py) each process runs from (_vllm_install).
 
 Same NCCL version string with a different build on two nodes has hung vLLM (issue #41725), so a
 fleet gate compares the build-id, not the name. Only /proc/<pid>/maps and pread of the library
@@ -14,6 +15,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
+from vllmdiag.probes import _vllm_install
 from vllmdiag.probes._elf import ElfError, build_id_of
 from vllmdiag.probes._procfs import read_text, split_deleted
 
@@ -46,10 +48,18 @@ def collect(ctx: Context) -> dict[str, Any]:
     libraries: dict[tuple[str, str | None], dict[str, Any]] = {}
     packages: dict[str, str] = {}
     per_pid: dict[str, list[str]] = {}
+    installs: dict[tuple[str, str | None], dict[str, Any]] = {}
     for proc in procs:
         pid = proc["pid"]
         files = mapped_files(read_text(ctx.proc(pid, "maps"), limit=16 << 20) or "")
         root = ctx.proc(pid, "root")
+        found = _vllm_install.site_of(files, [str(a) for a in proc.get("cmdline") or []], root)
+        if found:
+            key = (found[0], proc.get("ns", {}).get("mnt"))
+            if key not in installs:
+                installs[key] = {"site": found[0], "found_by": found[1], "mnt_ns": key[1], "pids": [],
+                                 **_vllm_install.describe(root, found[0])}
+            installs[key]["pids"].append(pid)
         for path in files:
             if not is_nccl(path):
                 continue
@@ -60,7 +70,8 @@ def collect(ctx: Context) -> dict[str, Any]:
             libraries[key]["pids"].append(pid)
         for name, version in package_versions(root, files).items():
             packages.setdefault(name, version)
-    return {"nccl": list(libraries.values()), "nccl_by_pid": per_pid, "packages": packages}
+    return {"nccl": list(libraries.values()), "nccl_by_pid": per_pid, "packages": packages,
+            "vllm_installs": list(installs.values())}
 
 
 def describe_library(root: Path, path: str) -> dict[str, Any]:

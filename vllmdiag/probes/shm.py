@@ -19,6 +19,7 @@ from vllmdiag.probes._access import DENIED, _Denied, blind_reason, read_proc
 from vllmdiag.probes._procfs import list_pids, split_deleted
 from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.probes.host import shm_usage
+from vllmdiag.shm_names import classify_name
 
 SPEC = ProbeSpec(name="shm", layer="queue", description="/dev/shm segments, sizes, ages and mappers",
                  requires=("processes",), timeout_s=3.0)
@@ -26,16 +27,6 @@ SPEC = ProbeSpec(name="shm", layer="queue", description="/dev/shm segments, size
 _MAPS_LINE = re.compile(r"^[0-9a-f]+-[0-9a-f]+ (\S{4}) [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+)\s+(.*)$")
 MAX_ENTRIES = 4096  # entries stat'ed per /dev/shm root besides those vLLM maps
 MAX_SCAN = 200_000  # directory entries counted at most (a bounded walk, even of a flooded /dev/shm)
-
-
-def classify_name(name: str) -> str:
-    if re.fullmatch(r"psm_[0-9a-f]{8}", name):
-        return "psm"
-    for prefix, kind in (("vllm_mm_", "vllm_mm"), ("vllm_offload_", "vllm_offload"), ("vllm_ec_", "vllm_ec"),
-                         ("nccl-", "nccl"), ("sem.", "semaphore")):
-        if name.startswith(prefix):
-            return kind
-    return "other"
 
 
 def parse_maps(text: str) -> list[dict[str, Any]]:

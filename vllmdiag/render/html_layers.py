@@ -45,7 +45,9 @@ def process_tree(node: rd.NodeData) -> str:
         for p in procs:
             kids.setdefault(p["ppid"] if p["ppid"] in pids else None, []).append(p)
         status = (dep.get("verdict") or {}).get("status", "?")
-        out.append(f"<p><b>deployment {h(dep.get('id'))}</b> {tag(status, status)}</p>"
+        version = rd.vllm_label(dep)
+        out.append(f"<p><b>deployment {h(dep.get('id'))}</b> {tag(status, status)}"
+                   + (f" <span class='muted'>{h(version)}</span>" if version else "") + "</p>"
                    f"<ul class='tree'>{_branch(node, kids, None, 0)}</ul>")
     return "".join(out)
 

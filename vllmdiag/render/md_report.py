@@ -107,7 +107,9 @@ def _node(n: rd.NodeData, fleet: bool) -> list[str]:
     out = [f"## Node {md(n.name)}" if fleet else "## Layers, in bisection order", ""]
     out += ["### process", ""]
     for dep in n.deployments:
-        out += [f"Deployment {md(dep.get('id'))}: {md((dep.get('verdict') or {}).get('status'))}", ""]
+        version = rd.vllm_label(dep)
+        out += [f"Deployment {md(dep.get('id'))}: {md((dep.get('verdict') or {}).get('status'))}"
+                + (f" ({md(version)})" if version else ""), ""]
         out += fence([_proc_line(n, p) for p in dep.get("processes", [])]) + [""]
     eps = rd.endpoints(n)
     bad = [e for e in eps if e["problem"]]

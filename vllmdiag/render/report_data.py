@@ -65,6 +65,13 @@ def nodes(d: dict[str, Any]) -> list[NodeData]:
     return sorted(out.values(), key=lambda n: (_node_rank(n), n.name))
 
 
+def vllm_label(dep: dict[str, Any]) -> str:
+    """``vLLM 0.32.0``: the version analysis read of the deployment's install, "" when not seen. Every
+    view shows it in the deployment's header line, from here. Untrusted text: callers escape it."""
+    version = dep.get("vllm_version")
+    return f"vLLM {version[:80]}" if isinstance(version, str) and version else ""
+
+
 def _node_rank(n: NodeData) -> int:
     statuses = [(dep.get("verdict") or {}).get("status", "healthy") for dep in n.deployments] or ["no-deployment"]
     return min(STATUS_ORDER.get(s, 5) for s in statuses)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.model import Report, Verdict
+from vllmdiag.render.report_data import vllm_label
 from vllmdiag.render.safe import clean
 
 STATUS_STYLE = {"healthy": "bold green", "blocked": "bold red", "degraded": "bold yellow",
@@ -116,8 +117,9 @@ def deployment_tree(dep: dict[str, Any], fold: bool = False) -> Any:
 
     status = str(dep["verdict"]["status"])
     # Text, not markup: an unknown status once produced a stray "[/]" (MarkupError, issue 15 item 13).
+    version = vllm_label(dep)
     tree = Tree(Text("deployment ", style="bold") + Text(str(dep["id"]), style="bold") + Text(" ")
-                + Text(status, style=STATUS_STYLE.get(status, "")))
+                + Text(status, style=STATUS_STYLE.get(status, "")) + Text(f"  {clean(version)}" if version else "", style="dim"))
     blamed = {c.get("pid") for c in dep["verdict"].get("culprits", []) if c.get("pid") is not None}
     nodes: dict[int, Any] = {}
     pids = {p["pid"] for p in dep["processes"]}

@@ -127,12 +127,18 @@ def find_deployments(snapshot: Snapshot) -> list[Deployment]:
         root = _root_of(p, by_pid)
         if root is not None:
             owner[p["pid"]] = root
+    _split_engines(owner, by_pid)
     ray_ties = _tie_ray_workers(snapshot, procs, by_pid, owner)
-    by_pgid = {by_pid[r]["pgid"]: r for r in set(owner.values()) if by_pid[r].get("pgid")}
+    pgid_roots: dict[int, set[int]] = {}
+    for r in set(owner.values()):
+        if by_pid[r].get("pgid"):
+            pgid_roots.setdefault(by_pid[r]["pgid"], set()).add(r)
+    # An orphan rejoins the one deployment of its process group; several there (a script's engines): it stands alone.
+    by_pgid = {g: next(iter(rs)) for g, rs in pgid_roots.items() if len(rs) == 1}
     for p in procs:
         if p["pid"] in owner or role_of(p) not in ("worker", "worker_starting") or is_ray_worker(p, by_pid):
             continue
-        owner[p["pid"]] = by_pgid.get(p.get("pgid"), p["pid"])  # orphan: rejoin by pgid or stand alone
+        owner[p["pid"]] = by_pgid.get(p.get("pgid") or 0, p["pid"])  # orphan: rejoin by pgid or stand alone
     for p in procs:
         if p["pid"] not in owner and role_of(p) == "resource_tracker" and p["ppid"] in owner:
             owner[p["pid"]] = owner[p["ppid"]]
@@ -148,8 +154,44 @@ def find_deployments(snapshot: Snapshot) -> list[Deployment]:
             del roots[root]  # a Python that started no vLLM process of its own group: not a deployment
     for dep in roots.values():
         _shape(snapshot, dep, by_pid, ray_ties)
+        _lone_worker_rank(dep)
         dep.processes.sort(key=lambda p: (ROLE_ORDER.get(role_of(p), 7), _rank_key(p), p["pid"]))
     return sorted(roots.values(), key=lambda d: d.root_pid)
+
+
+def _split_engines(owner: dict[int, int], by_pid: dict[int, dict[str, Any]]) -> None:
+    """A user's script that starts two engines (two ``LLM()``, two ``vllm serve``) runs two deployments,
+    each an EngineCore (or API server) with its own workers and rings: each becomes its own root. DP
+    engines (``EngineCore_DPn``, distinct DP ranks) are one deployment and stay together."""
+    for root in set(owner.values()):
+        if role_of(by_pid[root]) != "llm_client":
+            continue
+        heads = [p for pid, r in owner.items() if r == root and pid != root
+                 if role_of(p := by_pid[pid]) in ("api_server", "engine_core") and _nearest_head(p, by_pid, root) == root]
+        dp = [(h.get("ranks") or {}).get("dp") for h in heads]
+        if len(heads) < 2 or (all(role_of(h) == "engine_core" for h in heads) and None not in dp
+                              and len(set(dp)) == len(dp)):
+            continue
+        head_pids = {h["pid"] for h in heads}
+        for pid, r in list(owner.items()):
+            if r == root and pid != root:
+                top = _nearest_head(by_pid[pid], by_pid, root, head_pids)
+                if top is not None and top in head_pids:
+                    owner[pid] = top
+
+
+def _nearest_head(proc: dict[str, Any], by_pid: dict[int, dict[str, Any]], root: int,
+                  heads: set[int] | None = None) -> int | None:
+    """The first ancestor (self excluded; self too when ``heads`` is given) that is one of ``heads`` (or
+    has an API server / EngineCore role), or ``root``."""
+    cur = proc if heads is not None else by_pid.get(proc["ppid"])
+    seen: set[int] = set()
+    while cur is not None and cur["pid"] not in seen:
+        seen.add(cur["pid"])
+        if cur["pid"] == root or (cur["pid"] in heads if heads is not None else role_of(cur) in ("api_server", "engine_core")):
+            return int(cur["pid"])
+        cur = by_pid.get(cur["ppid"])
+    return None
 
 
 def is_ray_worker(proc: dict[str, Any], by_pid: dict[int, dict[str, Any]]) -> bool:
@@ -222,6 +264,8 @@ def _shape(snap: Snapshot, dep: Deployment, by_pid: dict[int, dict[str, Any]],
         dep.kind = "ray_node"
     elif role == "engine_core":
         parent = by_pid.get(root["ppid"])
+        if parent is not None and role_of(parent) == "llm_client":
+            dep.kind = "offline"  # one of the engines of a user's script (_split_engines)
         # Only with the parent described by the probe (older snapshots and synthetic ones lack it).
         if parent is not None and role_of(parent) == "adopter":
             dep.kind = "orphaned_engine"
@@ -238,6 +282,24 @@ def _shape(snap: Snapshot, dep: Deployment, by_pid: dict[int, dict[str, Any]],
         _ray_links(snap, dep, ray_workers)
         dep.ray["cluster"] = next((c for w in ray_workers if (c := shapes.ray_cluster_id(by_pid.get(w["ppid"])))), None)
         dep.ray["jobs"] = sorted({str(j) for w in ray_workers if (j := (w.get("environ") or {}).get("RAY_JOB_ID"))})
+
+
+def _lone_worker_rank(dep: Deployment) -> None:
+    """TP=1 under the multiprocessing executor (always on vLLM's CPU platform, on GPUs with
+    ``--distributed-executor-backend mp``; real-vllm-cpu.md): the engine's only worker keeps the plain
+    ``VLLM::Worker`` title, since every group size is 1 (vllm-internals 2.1). Its TP rank is 0; without
+    it the GPU layer had no rank to judge (a wedged model step read "no stack picture explains it").
+    A plain title among several workers is a worker still inside init_device, never given a rank."""
+    if dep.executor != "mp" or dep.configured.get("tp", 1) != 1 or dep.configured.get("pp", 1) != 1:
+        return
+    for engine in dep.engines:
+        kids = [w for w in dep.workers if w["ppid"] == engine["pid"]]
+        if len(kids) != 1 or not kids[0].get("titled"):
+            continue
+        ranks = kids[0].get("ranks") or {}
+        if "tp" not in ranks and set(ranks) <= {"dp"}:  # DP>1 titles carry only _DPn at TP=1
+            kids[0]["ranks"] = {**ranks, "tp": 0}  # a new dict: the snapshot's stays as it was read
+            kids[0]["rank_source"] = "the engine's only worker"
 
 
 def _local_order_only(dep: Deployment, ray_workers: list[dict[str, Any]]) -> None:

@@ -126,6 +126,8 @@ def _spans(nums: list[int]) -> str:
 def rank_name(proc: dict[str, Any]) -> str:
     """``TP3``, ``DP1_TP3``: the worker's title suffix without ``Worker_``."""
     name = str(proc.get("name") or display_title(proc).split("::")[-1])
+    if name == "Worker" and "tp" in (proc.get("ranks") or {}):  # TP=1's lone worker: its rank is implied
+        return f"TP{proc['ranks']['tp']}"
     return name.split("Worker_", 1)[-1] if "Worker_" in name else name or str(proc.get("pid"))
 
 

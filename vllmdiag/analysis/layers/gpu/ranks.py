@@ -71,7 +71,7 @@ def _odd_finding(snap: Snapshot, dep: Deployment, key: GroupKey, members: dict[i
         name = rank_name(proc) if proc else f"TP{o.rank}"
         desc = {"missing": "has no stack (process gone or not dumped)",
                 "mismatch": f"is in {o.cls.op if o.cls else '?'} instead",
-                "straggler": f"never arrived: {o.cls.label if o.cls else '?'} in {o.cls.where if o.cls else '?'}"}[o.kind]
+                "straggler": f"never arrived: {o.cls.label if o.cls else '?'} in {o.cls.place if o.cls else '?'}"}[o.kind]
         parts.append(f"{name} {desc}")
         reason = f"{o.kind}: peers {waiting} wait in {what}; {name} {desc}"
         culprits.append(culprit(snap, proc, reason) if proc else
@@ -81,7 +81,8 @@ def _odd_finding(snap: Snapshot, dep: Deployment, key: GroupKey, members: dict[i
         "group": {"dp": key[0], "pp": key[1], "pcp": key[2]}, "op": cmp.op, "backend": peer.backend,
         "waiting": waiting, "peer_stack": peer.key_frames, "peer_where": peer.where,
         "odd": [{"rank": o.rank, "pid": o.pid, "kind": o.kind, "class": o.cls.label if o.cls else None,
-                 "where": o.cls.where if o.cls else None, "key_frames": o.cls.key_frames if o.cls else []} for o in odd],
+                 "where": o.cls.where if o.cls else None, "place": o.cls.place if o.cls else None,
+                 "key_frames": o.cls.key_frames if o.cls else []} for o in odd],
         "confirmed_by_resample": confirmed, "spinning_gpus_of_waiters": fold([f"TP{r}" for r in spin]) if spin else None}
     severity = "critical" if confirmed or spin else "warning"
     msg = f"{waiting} wait in {what}; " + "; ".join(parts) + "." + ("" if severity == "critical" else " (one sample)")

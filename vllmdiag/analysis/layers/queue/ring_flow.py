@@ -15,6 +15,7 @@ from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.ring_roles import MiB, RingRole, ring_roles
 from vllmdiag.model import Culprit, Finding, Snapshot
+from vllmdiag.shm_names import classify_name
 
 LAYER = "queue"
 CODES = ("queue.ring_full", "queue.reader_lagging", "queue.response_unread", "queue.readers_all_behind",
@@ -24,7 +25,9 @@ ORDER = 0  # the old module order within the layer: verdicts read as before
 # down is told apart by the rings probe (`unlinked` while it was sampled).
 LEAK_MIN_AGE_S = 0.0
 NEARLY_FULL_FRACTION = 0.1
-LEFTOVER_KINDS = ("vllm_offload", "vllm_ec", "vllm_mm", "nccl")
+# vLLM's own kinds that a killed run leaves behind (vllm_cpushm: the CPU platform's all-reduce buffers).
+LEFTOVER_KINDS = ("vllm_offload", "vllm_ec", "vllm_mm", "nccl", "vllm_cpushm")
+KIND_NAMES = {"vllm_cpushm": "vLLM CPU all-reduce buffer", "vllm_offload": "vLLM KV offload region", "nccl": "NCCL buffer"}
 
 
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
@@ -147,12 +150,13 @@ def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingR
     shm = snap.data("shm")
     ring_names = {r.name for r in roles if not r.ring.get("unlinked")}
     out = []
-    leaked = [s for s in shm.get("segments", []) if not s.get("mapped_by") and not s.get("mapped_by_other")
+    leaked = [{**s, "kind": segment_kind(s)} for s in shm.get("segments", [])
+              if not s.get("mapped_by") and not s.get("mapped_by_other")
               and float(s.get("age_s") or 0) >= LEAK_MIN_AGE_S
               # 0 bytes holds nothing, and is what a creator has between shm_open and ftruncate (a
               # run starting beside ours): never a leak.
               and int(s.get("size_bytes") or 0) > 0
-              and (s.get("kind") in LEFTOVER_KINDS or (s.get("kind") == "psm" and s.get("name") in ring_names))]
+              and (segment_kind(s) in LEFTOVER_KINDS or (s.get("kind") == "psm" and s.get("name") in ring_names))]
     if leaked:
         leaked.sort(key=lambda s: -int(s.get("allocated_bytes") or 0))
         held = sum(int(s.get("allocated_bytes") or 0) for s in leaked)
@@ -161,6 +165,7 @@ def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingR
                                  for s in leaked[:32]], "count": len(leaked), "allocated_bytes": held,
                     "dir": str(leaked[0].get("path", "/dev/shm/x")).rsplit("/", 1)[0]}
         culprits = [Culprit(snap.node, None, "shm_segment", None, str(s["name"]),
+                            f"{KIND_NAMES[s['kind']] + ', ' if s['kind'] in KIND_NAMES else ''}"
                             f"mapped by no process, {int(s.get('allocated_bytes') or 0) / MiB:.1f} MiB held, "
                             f"{float(s.get('age_s') or 0):.0f} s old") for s in leaked[:4]]
         # "Mapped by no process" holds only if every process's maps could be read (issue 15, item 4).
@@ -183,17 +188,30 @@ def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingR
     return out
 
 
+def segment_kind(seg: dict[str, Any]) -> str:
+    """The probe's kind, or the name's for snapshots written before the kind was known ("other")."""
+    kind = str(seg.get("kind") or "other")
+    return classify_name(str(seg.get("name") or "")) if kind == "other" else kind
+
+
+def deployment_buffers(snap: Snapshot, dep: Deployment) -> list[dict[str, Any]]:
+    """The deployment's CPU all-reduce buffers: tied to it by the processes that map them."""
+    return [{**s, "kind": "vllm_cpushm"} for s in snap.data("shm").get("segments", []) if isinstance(s, dict)
+            and segment_kind(s) == "vllm_cpushm" and set(s.get("mapped_by") or []) & dep.pids]
+
+
 def _shm_low(snap: Snapshot, deployments: list[Deployment], roles: list[RingRole], root: dict[str, Any], free: int
              ) -> list[Finding]:
-    """tmpfs allocates a ring's pages on first touch: pages not touched yet may need `free` later
-    (SIGBUS before 0.33's check_shm_free_space; vllm-internals 1.10)."""
+    """tmpfs allocates a ring's (or a CPU all-reduce buffer's) pages on first touch: pages not touched
+    yet may need `free` later (SIGBUS before 0.33's check_shm_free_space; vllm-internals 1.10)."""
     out = []
     for dep in deployments:
         mine = [r.ring for r in roles if r.deployment is dep and str(r.ring.get("path", "")).startswith(str(root.get("dir")))]
+        mine += [b for b in deployment_buffers(snap, dep) if str(b.get("path", "")).startswith(str(root.get("dir")))]
         need = sum(max(0, int(r.get("size_bytes") or 0) - int(r.get("allocated_bytes") or 0)) for r in mine)
         if mine and free < need:
             out.append(finding("queue.shm_low", LAYER, "warning", snap, dep,
-                               f"{root.get('dir')} has {free / MiB:.0f} MiB free but this deployment's {len(mine)} rings "
+                               f"{root.get('dir')} has {free / MiB:.0f} MiB free but this deployment's {len(mine)} segments "
                                f"may still touch {need / MiB:.0f} MiB: a large message can die with SIGBUS.", [],
                                {"dir": root.get("dir"), "free_bytes": free, "need_bytes": need,
                                 "rings": [r.get("name") for r in mine]}, []))
