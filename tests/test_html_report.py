@@ -73,6 +73,30 @@ def rendered_dom(page: Path) -> tuple[Dom, str]:
     return dom, out.stderr
 
 
+# What a person sees and copies: the page's rendered text (innerText honours <pre>, CSS and hidden parts), read
+# from a copy to which a tiny script is added (the report's CSP forbids scripts; the copy drops it) that opens
+# every <details> and swaps the body for its own text, then dumped by --dump-dom.
+TEXT_SCRIPT = ("<script>document.querySelectorAll('details').forEach(d => d.open = true);"
+               "const t = document.body.innerText; document.body.textContent = ''; const p = document.createElement('pre');"
+               "p.id = 'rendered-text'; p.textContent = t; document.body.appendChild(p);</script>")
+
+
+def rendered_text(page: Path) -> str:
+    import html as _html
+
+    probe = page.with_name(page.stem + ".text-probe.html")
+    probe.write_text(re.sub(r"<meta http-equiv='Content-Security-Policy'[^>]*>", "", page.read_text())
+                     .replace("</body>", TEXT_SCRIPT + "</body>"))
+    try:
+        out = chromium(probe, "--dump-dom")
+    finally:
+        probe.unlink()
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = re.search(r"<pre id=\"rendered-text\">(.*?)</pre>", out.stdout, re.S)
+    assert found, out.stdout[-2000:]
+    return _html.unescape(found.group(1))
+
+
 @needs_chromium
 def test_the_load_check_catches_a_page_that_loads_something(tmp_path: Path) -> None:
     """The negative control: without it, "nothing failed to load" could pass by never looking."""
@@ -210,7 +234,7 @@ def test_markdown_report_has_the_html_sections_as_text() -> None:
 def test_gpus_per_rank_and_an_unreachable_node_in_the_fleet_grid() -> None:
     workers = [{"pid": 100 + r, "ppid": 9, "role": "worker", "rank": r, "ranks": {"tp": r}, "title": f"VLLM::Worker_TP{r}",
                 "state": "S"} for r in range(2)]
-    verdict = {"status": "healthy", "layer": None, "culprits": [], "summary": "ok", "evidence": [], "next_steps": [],
+    verdict: dict[str, Any] = {"status": "healthy", "layer": None, "culprits": [], "summary": "ok", "evidence": [], "next_steps": [],
                "confidence": "high"}
     gpus = [{"index": i, "util_pct": 97, "processes": [{"pid": 100 + i}], "ecc_uncorrected_volatile": 0} for i in range(2)]
     snap = {"node": "gpu00", "probes": {"nvml": {"status": "ok", "data": {"gpus": gpus}}}}
@@ -228,3 +252,43 @@ def test_gpus_per_rank_and_an_unreachable_node_in_the_fleet_grid() -> None:
     assert links == ["#node-gpu00"], "only nodes that answered have a section to link to"
     md = to_markdown(d)
     assert "util 97 %" in md and "| gpu01 | unreachable |" in md
+
+
+@needs_chromium
+def test_commands_read_one_per_line_in_the_rendered_page_and_the_markdown(tmp_path: Path) -> None:
+    """Issue 26: the page's cleaner turned the newlines between commands into a visible \\x0a, so "Next
+    read-only steps" and every "Confirm" block read as one line. Read back as Chromium draws them."""
+    from vllmdiag.render.files import to_html, to_markdown
+
+    report = _real_report()
+    steps = report.verdict.next_steps
+    assert len(steps) >= 2
+    page = tmp_path / "node.html"
+    page.write_text(to_html(report, ["vllmdiag", "analyze", "x.json"]))
+    text = rendered_text(page)
+    lines = [line.strip() for line in text.splitlines()]
+    assert "\\x0a" not in text, [line for line in lines if "\\x0a" in line]
+    for step in steps:
+        assert f"$ {step}" in lines, (step, lines)
+    from vllmdiag.playbook import load_playbooks
+    from vllmdiag.render.report_data import confirm_commands
+
+    books, d = load_playbooks(), report.to_dict()
+    confirm = [c for f in d["findings"] if f["code"] in books for c in confirm_commands(d, f)]
+    assert len(confirm) >= 2 and all(c in lines for c in confirm), (confirm, lines)
+    md = to_markdown(report).splitlines()
+    assert all(s in md for s in steps) and all(c in md for c in confirm) and "\\x0a" not in "\n".join(md)
+
+
+def test_a_newline_inside_one_command_stays_visible_on_its_line() -> None:
+    """The fix joins commands with newlines after escaping each: a newline a hostile string carries inside one
+    command still cannot forge a second line."""
+    report = _hostile_report()
+    report["verdict"]["next_steps"] = ["py-spy dump --pid 7\nrm -rf /", "py-spy dump --native --pid 7"]
+    dom = Dom()
+    dom.feed(to_html(report))
+    pre = next(e["text"] for e in dom.elements if e["tag"] == "pre" and "py-spy" in e["text"])
+    assert pre.splitlines() == ["$ py-spy dump --pid 7\\x0arm -rf /", "$ py-spy dump --native --pid 7"]
+    md = to_markdown(report)
+    assert "py-spy dump --pid 7\\x0arm -rf /" in md.splitlines() and "rm -rf /" not in md.splitlines()
+

@@ -20,6 +20,13 @@ def h(value: object) -> str:
     return escape(clean("" if value is None else value), quote=True)
 
 
+def h_lines(items: list[str]) -> str:
+    """One line per item, for a <pre> block of commands: each is escaped on its own, since h() turns a
+    newline inside a string into a visible \\x0a (a title cannot forge a line) and would do the same to
+    the newlines that separate the commands."""
+    return "\n".join(h(s) for s in items)
+
+
 def tag(text: str, kind: str) -> str:
     return f"<span class='tag {h(kind)}'>{h(text)}</span>"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from vllmdiag.render import report_data as rd
 from vllmdiag.render.html_css import CSS
-from vllmdiag.render.html_layers import h, layer_sections, tag
+from vllmdiag.render.html_layers import h, h_lines, layer_sections, tag
 
 CELL_CLASS = {".": "ok", "X": "culprit", "b": "blocked", "d": "degraded", "?": "unknown"}
 CELL_WORD = {".": "ok", "X": "culprit", "b": "blocked", "d": "degraded", "?": "unknown"}
@@ -47,7 +47,7 @@ def header(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) 
     if v.get("evidence"):
         out.append("<h2>Evidence</h2><ul>" + "".join(f"<li>{h(e)}</li>" for e in v["evidence"][:20]) + "</ul>")
     if v.get("next_steps"):
-        out.append("<h2>Next read-only steps</h2><pre>" + h("\n".join(f"$ {s}" for s in v["next_steps"])) + "</pre>")
+        out.append("<h2>Next read-only steps</h2><pre>" + h_lines([f"$ {s}" for s in v["next_steps"]]) + "</pre>")
     return "\n".join(out)
 
 
@@ -98,7 +98,7 @@ def findings_section(d: dict[str, Any]) -> str:
         confirm = rd.confirm_commands(d, f)
         opened = " open" if sev == "critical" else ""
         playbook = (f"<details{opened}><summary>playbook: {h(book.get('title', f.get('code')))}</summary>"
-                    f"<p>{h(book.get('meaning', ''))}</p>" + (f"<p>Confirm (read-only):</p><pre>{h(chr(10).join(confirm))}</pre>"
+                    f"<p>{h(book.get('meaning', ''))}</p>" + (f"<p>Confirm (read-only):</p><pre>{h_lines(confirm)}</pre>"
                                                               if confirm else "") + "</details>") if book else ""
         (quiet if sev == "info" else items).append(
             f"<div class='finding {h(sev)}' data-code='{h(f.get('code'))}'>{tag(sev, sev)} <b class=mono>"
