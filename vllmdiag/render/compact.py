@@ -80,7 +80,9 @@ def _bar(r: rd.RingView) -> str:
     for i, (name, value) in enumerate(zip(r.readers, r.unread, strict=False)):
         style = CULPRIT if i in r.laggards else ("green" if value == 0 else "yellow")
         cells.append(f"[{style}]{escape(name)} {value}[/]")
-    lag = " [bold red]◀ waits on the framed reader[/]" if r.laggards else ""
+    # Named in words: only the HTML report frames the cell, and without colour nothing else marks it here.
+    waited = [r.readers[i] for i in sorted(r.laggards) if i < len(r.readers)]
+    lag = f" [bold red]◀ waits on {escape(', '.join(waited))}[/]" if waited else ""
     return " ".join(cells) + f" [dim]/{r.max_chunks}[/]" + lag
 
 
