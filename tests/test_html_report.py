@@ -155,6 +155,11 @@ def test_fleet_report_grid_marks_the_culprit_cell_and_links_each_node(tmp_path: 
     ids = {e["attrs"]["id"] for e in dom.elements if "id" in e["attrs"]}
     links = [e["attrs"]["href"] for e in dom.elements if e["tag"] == "a" and "href" in e["attrs"]]
     assert sorted(links) == [f"#node-gpu0{i}" for i in range(4)] and all(link[1:] in ids for link in links)
+    assert "VLLM::Worker_TP1" in rows["gpu01"]["text"] and "gpu layer" in rows["gpu01"]["text"], "why it is blocked"
+    fold = dom.having("healthy-fold")
+    assert len(fold) == 1 and "3 healthy nodes: gpu[00,02-03]" in fold[0]["text"]
+    text = rendered_text(page)  # as a person reads it: the blocked node in full, the healthy ones in one line each place
+    assert text.count("3 healthy nodes") == 2 and "\\x0a" not in text
 
 
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>\x1b[31m`| [x](http://evil) **b** &lt;"
@@ -234,8 +239,8 @@ def test_markdown_report_has_the_html_sections_as_text() -> None:
 def test_gpus_per_rank_and_an_unreachable_node_in_the_fleet_grid() -> None:
     workers = [{"pid": 100 + r, "ppid": 9, "role": "worker", "rank": r, "ranks": {"tp": r}, "title": f"VLLM::Worker_TP{r}",
                 "state": "S"} for r in range(2)]
-    verdict: dict[str, Any] = {"status": "healthy", "layer": None, "culprits": [], "summary": "ok", "evidence": [], "next_steps": [],
-               "confidence": "high"}
+    verdict: dict[str, Any] = {"status": "healthy", "layer": None, "culprits": [], "summary": "ok", "evidence": [],
+                               "next_steps": [], "confidence": "high"}
     gpus = [{"index": i, "util_pct": 97, "processes": [{"pid": 100 + i}], "ecc_uncorrected_volatile": 0} for i in range(2)]
     snap = {"node": "gpu00", "probes": {"nvml": {"status": "ok", "data": {"gpus": gpus}}}}
     d = {"verdict": verdict, "findings": [], "snapshots": [snap],
@@ -292,3 +297,62 @@ def test_a_newline_inside_one_command_stays_visible_on_its_line() -> None:
     md = to_markdown(report)
     assert "py-spy dump --pid 7\\x0arm -rf /" in md.splitlines() and "rm -rf /" not in md.splitlines()
 
+
+
+def _fleet_report() -> Any:
+    from vllmdiag.analysis.fleet.engine import analyze_fleet
+    from vllmdiag.api import load_snapshots
+    from vllmdiag.model import NodeOutcome
+
+    data = Path(__file__).parent / "data" / "vllm-real"
+    snaps = [load_snapshots(data / "snap-a-healthy.json")[0] for _ in range(3)] + \
+        [load_snapshots(data / "snap-b-worker-tp2-stuck.json")[0]]
+    for i, s in enumerate(snaps):
+        s.node = f"gpu0{i}"
+    return analyze_fleet(snaps, [*(NodeOutcome(s.node, "ok", None, 1.0) for s in snaps),
+                                 NodeOutcome("gpu04", "unreachable", "ssh: connect timed out", 5.0)])
+
+
+def test_fleet_html_folds_the_healthy_nodes_and_says_why_for_every_other() -> None:
+    """Issue 26: every healthy node got a full section and its own grid row, and the blocked node's "why" was
+    empty. One line (a <details>) for the healthy nodes, in the grid and among the sections; why for the rest."""
+    from vllmdiag.render.files import to_html, to_markdown
+
+    report = _fleet_report()
+    why = {n.name: n.why for n in report.nodes or []}
+    assert why["gpu00"] == why["gpu01"] == why["gpu02"] == "" and why["gpu04"] == "ssh: connect timed out"
+    culprit = report.verdict.culprits[0]
+    grid = {r.state: r.reason for r in report.fleet.grid}  # the terminal's why: layer and culprit, no pid (folds)
+    assert grid == {"blocked": f"{report.verdict.layer} layer, {culprit.title}", "unreachable": "ssh", "healthy": ""}
+    assert why["gpu03"].startswith(f"{report.verdict.layer} layer, {culprit.title} (pid {culprit.pid}")
+    page = to_html(report)
+    dom = Dom()
+    dom.feed(page)
+    rows = {e["attrs"]["data-node"]: e for e in dom.elements if e["tag"] == "tr" and "data-node" in e["attrs"]}
+    whys = {name: next(e["text"] for e in dom.elements if e["tag"] == "td" and "why" in (e["attrs"].get("class") or "")
+                       and e["text"] in row["text"]) for name, row in rows.items()}
+    assert whys["gpu03"] == why["gpu03"] and whys["gpu04"] == "ssh: connect timed out" and not whys["gpu00"]
+    fold = dom.having("healthy-fold")
+    assert len(fold) == 1 and "3 healthy nodes: gpu[00-02]" in fold[0]["text"]
+    folded_rows = [e["attrs"]["data-node"] for e in dom.elements if e["tag"] == "tr" and "data-node" in e["attrs"]
+                   and e["text"] in fold[0]["text"]]
+    assert sorted(folded_rows) == ["gpu00", "gpu01", "gpu02"], "each healthy node still opens to its row"
+    folded = dom.having("healthy-nodes")
+    assert len(folded) == 1 and "3 healthy nodes (gpu[00-02])" in folded[0]["text"]
+    start, end = page.index("<details class='healthy-nodes'>"), page.rindex("</details>")
+    at = {name: page.index(f"<section class='node' id='node-{name}'>") for name in ("gpu00", "gpu01", "gpu02", "gpu03")}
+    assert all(start < at[n] < end for n in ("gpu00", "gpu01", "gpu02")) and at["gpu03"] < start
+    md = to_markdown(report)
+    assert "| gpu\\[00\\-02\\] | healthy (3 nodes) |" in md and md.count("| healthy") == 1, md
+    assert "Worker\\_TP2 \\(pid" in next(line for line in md.splitlines() if line.startswith("| gpu03 |"))
+
+
+def test_an_older_fleet_report_without_why_still_says_why() -> None:
+    d = _fleet_report().to_dict()
+    for n in d["nodes"]:
+        del n["why"]
+    dom = Dom()
+    dom.feed(to_html(d))
+    row = next(e for e in dom.elements if e["attrs"].get("data-node") == "gpu03")
+    assert "Blocked at the" in row["text"] and "connect timed out" in next(
+        e for e in dom.elements if e["attrs"].get("data-node") == "gpu04")["text"]

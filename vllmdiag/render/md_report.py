@@ -95,11 +95,16 @@ def _findings(d: dict[str, Any]) -> list[str]:
 def _fleet(d: dict[str, Any]) -> list[str]:
     out = ["## Fleet: nodes x GPUs", "", "GPU cells: `.` healthy, `b` in a blocked deployment, `X` culprit, `d` degraded, "
            "`?` inconclusive.", "", "| node | state | GPUs | why |", "|---|---|---|---|"]
+    healthy: dict[str, list[str]] = {}  # one line for the healthy nodes of each GPU picture
     for n in d.get("nodes") or []:
         state = str(n.get("verdict") or "ok") if n.get("status") == "ok" else str(n.get("status"))
-        gpus = md(n.get("gpus") or "-").replace("\\|", "")
-        out.append(f"| {md(n.get('name'))} | {md(state)} | `{gpus.replace('`', '')}` | "
-                   f"{md(n.get('reason') or '') if n.get('status') != 'ok' else ''} |")
+        gpus = md(n.get("gpus") or "-").replace("\\|", "").replace("`", "")
+        if state == "healthy":
+            healthy.setdefault(gpus, []).append(str(n.get("name")))
+            continue
+        out.append(f"| {md(n.get('name'))} | {md(state)} | `{gpus}` | {md(rd.node_why(d, n))} |")
+    for gpus, names in healthy.items():
+        out.append(f"| {md(rd.fold(names))} | healthy ({len(names)} node{'s' if len(names) > 1 else ''}) | `{gpus}` | |")
     return out + [""]
 
 

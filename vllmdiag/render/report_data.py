@@ -70,6 +70,26 @@ def _node_rank(n: NodeData) -> int:
     return min(STATUS_ORDER.get(s, 5) for s in statuses)
 
 
+def node_status(n: NodeData) -> str:
+    """The worst status among the node's deployments (``no-deployment`` when it has none)."""
+    return min(((dep.get("verdict") or {}).get("status", "healthy") for dep in n.deployments),
+               key=lambda s: STATUS_ORDER.get(s, 5), default="no-deployment")
+
+
+def node_why(d: dict[str, Any], n: dict[str, Any]) -> str:
+    """The fleet grid's "why" for one node entry: what fleet analysis wrote (``why``); a report written
+    before it has only the reason a node did not answer, or its deployments' verdict summary."""
+    if n.get("why"):
+        return str(n["why"])
+    if n.get("status") != "ok":
+        return str(n.get("reason") or n.get("status") or "")
+    if n.get("verdict") in ("healthy", "no-deployment", None, ""):
+        return ""
+    worst = sorted((dep.get("verdict") or {} for dep in d.get("deployments") or [] if dep.get("node") == n.get("name")),
+                   key=lambda v: STATUS_ORDER.get(str(v.get("status")), 5))
+    return str(worst[0].get("summary") or "") if worst else ""
+
+
 def sorted_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(findings, key=lambda f: (SEVERITY_ORDER.get(f.get("severity", ""), 3), LAYERS.index(f["layer"])
                                            if f.get("layer") in LAYERS else 9, str(f.get("code"))))

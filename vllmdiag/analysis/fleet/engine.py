@@ -16,7 +16,7 @@ from vllmdiag.analysis.fleet import dp_world as dp_worlds
 from vllmdiag.analysis.fleet import groups as rank_groups
 from vllmdiag.analysis.fleet import ray as ray_groups
 from vllmdiag.analysis.fleet.collective import compare_across_nodes
-from vllmdiag.analysis.fleet.fold import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows
+from vllmdiag.analysis.fleet.fold import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows, node_why
 from vllmdiag.analysis.fleet.uniform import uniform_across_nodes
 from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, NodeOutcome, Report, Snapshot, SnapshotError, Verdict
 
@@ -66,7 +66,8 @@ def analyze_fleet(snapshots: list[Snapshot], node_status: Mapping[str, NodeOutco
     classes, index = fold_index(views)
     verdict = fleet_verdict(views, classes, index)
     entries = [NodeEntry(name=v.name, status=v.outcome.status, reason=v.outcome.reason,
-                         duration_s=round(v.outcome.duration_s, 3), verdict=v.verdict.status, gpus=v.gpus) for v in views]
+                         duration_s=round(v.outcome.duration_s, 3), verdict=v.verdict.status, gpus=v.gpus,
+                         why=node_why(v)) for v in views]
     fleet = FleetSection(classes=classes, groups=[GroupBrief(g.key, g.nodes, g.nnodes) for g in group_list],
                          grid=grid_rows(entries))
     return Report(verdict=verdict, deployments=[r for n in views for r in n.reports],
