@@ -10,6 +10,7 @@ from typing import Any
 from vllmdiag.model import _check as c
 from vllmdiag.model.fleet import FleetSection, NodeEntry
 from vllmdiag.model.snapshot import Snapshot
+from vllmdiag.model.timeline import RankCell, Timeline
 from vllmdiag.model.verdict import Finding, Verdict
 
 REPORT_SCHEMA_VERSION = 1
@@ -75,6 +76,9 @@ class DeploymentReport:
     processes: list[ProcessBrief] = field(default_factory=list)
     configured: dict[str, int] = field(default_factory=dict)  # parallel sizes the API server's argv states
     rings: list[RingView] = field(default_factory=list)
+    # What the node report draws over time (model/timeline.py); absent from reports written before them.
+    rank_strip: list[RankCell] = field(default_factory=list)
+    timeline: Timeline | None = None
 
     @property
     def pids(self) -> set[int]:
@@ -86,7 +90,8 @@ class DeploymentReport:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "node": self.node, "root_pid": self.root_pid, "configured": dict(self.configured),
                 "processes": [p.to_dict() for p in self.processes], "verdict": self.verdict.to_dict(),
-                "rings": [r.to_dict() for r in self.rings]}
+                "rings": [r.to_dict() for r in self.rings], "rank_strip": [r.to_dict() for r in self.rank_strip],
+                "timeline": None if self.timeline is None else self.timeline.to_dict()}
 
     @classmethod
     def from_dict(cls, raw: Any, where: str) -> DeploymentReport:
@@ -98,7 +103,9 @@ class DeploymentReport:
                    root_pid=c.integer(obj, "root_pid", where), verdict=Verdict.from_dict(obj.get("verdict"), f"{where}.verdict"),
                    processes=_items(obj, "processes", ProcessBrief.from_dict, where),
                    configured={str(k): v for k, v in configured.items()},
-                   rings=_items(obj, "rings", RingView.from_dict, where))
+                   rings=_items(obj, "rings", RingView.from_dict, where),
+                   rank_strip=_items(obj, "rank_strip", RankCell.from_dict, where),
+                   timeline=None if obj.get("timeline") is None else Timeline.from_dict(obj["timeline"], f"{where}.timeline"))
 
 
 @dataclass
