@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.deployments import Deployment, display_title, rank_of, role_of
-from vllmdiag.analysis.gpu import fold, rank_name
+from vllmdiag.analysis.gpu import rank_name
 from vllmdiag.analysis.progress import (
     COUNTERS,
     POLLING,
@@ -135,7 +135,8 @@ def _fold_rings(rows: list[TimelineRow], role: dict[str, str]) -> list[TimelineR
     for same in groups.values():
         kind = role.get(same[0].name, "unknown")
         what = kind if kind != "unknown" else "ring"
-        name = f"{same[0].name} ({what})" if len(same) == 1 else f"{len(same)} {what} rings ({fold([r.name for r in same])})"
+        name = (f"{same[0].name} ({what})" if len(same) == 1 else f"{len(same)} {what} rings"
+                + (f" ({', '.join(r.name for r in same)})" if len(same) <= 3 else ""))
         out.append(TimelineRow("ring", name, same[0].looks, same[0].moved))
     return out
 

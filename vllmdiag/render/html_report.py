@@ -13,6 +13,7 @@ from typing import Any
 from vllmdiag.render import report_data as rd
 from vllmdiag.render.html_css import CSS
 from vllmdiag.render.html_layers import h, h_lines, layer_sections, tag
+from vllmdiag.render.html_timeline import strip_and_timeline
 
 CELL_CLASS = {".": "ok", "X": "culprit", "b": "blocked", "d": "degraded", "?": "unknown"}
 CELL_WORD = {".": "ok", "X": "culprit", "b": "blocked", "d": "degraded", "?": "unknown"}
@@ -157,5 +158,9 @@ def node_section(node: rd.NodeData, fleet: bool, layer: str | None) -> str:
     statuses = sorted({str((dep.get("verdict") or {}).get("status")) for dep in node.deployments}) or ["no-deployment"]
     title = f"Node {h(node.name)} " + " ".join(tag(s, s) for s in statuses) if fleet else "Layers, in bisection order"
     node_layer = next((dep["verdict"].get("layer") for dep in node.deployments if (dep.get("verdict") or {}).get("layer")), None)
-    return (f"<section class='node' id='{h(anchor)}'><h2>{title}</h2>"
+    over_time = strip_and_timeline(node)
+    if over_time and not fleet:  # one node: the ranks and the passes get their own heading, above the layers
+        return (f"<section class='node' id='{h(anchor)}'><h2>Ranks and passes</h2>{over_time}<h2>{title}</h2>"
+                f"{layer_sections(node, anchor, layer)}</section>")
+    return (f"<section class='node' id='{h(anchor)}'><h2>{title}</h2>{over_time}"
             f"{layer_sections(node, anchor, node_layer if fleet else layer)}</section>")

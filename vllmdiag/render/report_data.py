@@ -252,6 +252,29 @@ def main_stack(dump: dict[str, Any] | None) -> list[str]:
     return [f"{f[0]} ({f[1]}:{f[2]})" for f in (main or {}).get("frames", []) if isinstance(f, list) and len(f) >= 3]
 
 
+# ---- rank strip and timeline (analysis/reporting.py computes them) ---------------------------------
+def rank_strip(dep: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in dep.get("rank_strip") or [] if isinstance(c, dict)]
+
+
+def timeline(dep: dict[str, Any]) -> dict[str, Any] | None:
+    """The deployment's timeline with only well-formed rows (a saved report is untrusted); None when absent."""
+    tl = dep.get("timeline")
+    if not isinstance(tl, dict):
+        return None
+    def seconds(v: Any) -> list[float]:
+        return [float(t) for t in v if isinstance(t, (int, float)) and not isinstance(t, bool)] if isinstance(v, list) else []
+    rows = [{"kind": str(r.get("kind")), "name": str(r.get("name")), "looks": seconds(r.get("looks")),
+             "moved": seconds(r.get("moved"))} for r in tl.get("rows") or [] if isinstance(r, dict)]
+    window = tl.get("window_s")
+    return {"window_s": float(window) if isinstance(window, (int, float)) else 0.0, "passes": seconds(tl.get("passes")),
+            "rows": [r for r in rows if r["looks"]]}
+
+
+def last_moved(row: dict[str, Any]) -> float | None:
+    return max(row["moved"]) if row["moved"] else None
+
+
 # ---- endpoints, http, gpus -------------------------------------------------------------------------
 def endpoints(node: NodeData) -> list[dict[str, Any]]:
     """Each ZMQ listener of the node's deployments with its ZMTP answer; problems first."""
