@@ -171,7 +171,10 @@ def _hostile_report() -> dict[str, Any]:
     verdict = {"status": "blocked", "layer": "gpu", "culprits": [culprit], "summary": HOSTILE, "evidence": [HOSTILE],
                "next_steps": [HOSTILE], "confidence": "high"}
     return {"schema_version": 1, "verdict": verdict,
-            "deployments": [{"id": HOSTILE, "node": HOSTILE, "root_pid": 7, "processes": [proc], "verdict": verdict}],
+            "deployments": [{"id": HOSTILE, "node": HOSTILE, "root_pid": 7, "processes": [proc], "verdict": verdict,
+                             "rank_strip": [{"label": HOSTILE, "pid": 7, "stack_class": HOSTILE, "culprit": True}],
+                             "timeline": {"window_s": 1.0, "passes": [0.0], "rows": [
+                                 {"kind": HOSTILE, "name": HOSTILE, "looks": [0.0, 0.5], "moved": [0.5]}]}}],
             "findings": [{"code": "gpu.rank_straggler", "layer": "gpu", "severity": "critical", "node": HOSTILE,
                           "pids": [7], "message": HOSTILE, "evidence": {"ring": HOSTILE}}],
             "snapshot": {"node": HOSTILE, "collected_at": HOSTILE, "vllmdiag_version": HOSTILE, "probes": {
@@ -356,3 +359,46 @@ def test_an_older_fleet_report_without_why_still_says_why() -> None:
     row = next(e for e in dom.elements if e["attrs"].get("data-node") == "gpu03")
     assert "Blocked at the" in row["text"] and "connect timed out" in next(
         e for e in dom.elements if e["attrs"].get("data-node") == "gpu04")["text"]
+
+
+@needs_chromium
+def test_node_report_shows_ranks_timeline_and_labelled_sparklines_as_read(tmp_path: Path) -> None:
+    """Issue 26: a single node's report had no rank strip or timeline, and each ring's sparkline was an
+    unlabelled line. Read back from Chromium: one cell per rank with its class, the culprit said in words;
+    a row per rank, ring and counter saying when it last moved; every sparkline says what it plots."""
+    from vllmdiag.render.files import to_html
+
+    report = _real_report()
+    culprit = report.verdict.culprits[0]
+    page = tmp_path / "node.html"
+    page.write_text(to_html(report))
+    lines = [line.strip() for line in rendered_text(page).splitlines() if line.strip()]
+    assert lines.index("Ranks and passes") < lines.index("Layers, in bisection order")
+    at = lines.index(f"TP{culprit.rank}")
+    assert lines[at + 1:at + 4] == ["idle", "state T", "◀ culprit"], lines[at:at + 5]  # SIGSTOPped: said, not guessed
+    assert [line for line in lines if line in ("TP0", "TP1", "TP2", "TP3")][:4] == ["TP0", "TP1", "TP2", "TP3"]
+    rows = [line for line in lines if line.startswith(("rank ", "ring ", "counter "))]
+    assert "rank TP1\t\tnever (1 look)" in rows and "ring 4 worker_response_mq rings\t\tnever (6 looks)" in rows, rows
+    captions = [line for line in lines if line.startswith("unread slots of the most-behind reader (0 to ")]
+    assert captions and all(re.search(r"\d+ samples over \d\.\d\d s", c) for c in captions), captions
+
+
+def test_timeline_says_when_a_thing_moved_in_html_and_markdown() -> None:
+    from judged import judged
+    from test_gpu_progress import ENGINE_WAITING, all_reduce, snapshot
+    from test_report_timeline import EXECUTING, _with_ring
+
+    from vllmdiag.render.files import to_html, to_markdown
+
+    first = _with_ring(snapshot([all_reduce()] * 2, ENGINE_WAITING, 0), "1111 0000", 1)
+    later = _with_ring(snapshot([EXECUTING, all_reduce()], ENGINE_WAITING, 2, tokens=130), "1111 1111", 2)
+    report = judged(first, later)
+    dom = Dom()
+    dom.feed(to_html(report))
+    said = [" ".join(e["text"].split()) for e in dom.elements if e["tag"] == "tr" and "data-kind" in e["attrs"]]
+    assert any(k.startswith("rank TP0") and k.endswith("at 2.00 s (2 looks)") for k in said), said
+    assert any(k.startswith("counter generation tokens") and k.endswith("at 2.10 s (4 looks)") for k in said), said
+    md = to_markdown(report).splitlines()
+    assert "| rank TP0 | 0.00, 2.00 | 2.00 | at 2.00 s |" in md
+    assert "| ring psm\\_rpc \\(rpc\\_broadcast\\_mq\\) | 0.00, 0.10, 2.00, 2.10 | 2.00 | at 2.00 s |" in md
+    assert any(line.startswith("TP0 executing · TP1 collective:all\\_reduce") for line in md), md

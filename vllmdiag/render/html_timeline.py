@@ -18,6 +18,7 @@ from vllmdiag.render.html_layers import h
 TRACK_W, TRACK_H, PAD = 360, 16, 6
 KIND = {"collective": "wait", "sync_point": "wait", "executing": "run", "engine_busy": "run", "idle": "idle",
         "engine_idle": "idle", "api_idle": "idle"}
+ODD_STATES = ("T", "t", "Z", "D", "X")  # stopped, traced, zombie, uninterruptible, dead: said in the cell
 LEGEND = (("wait", "waits in a collective / at a sync point"), ("run", "executing"), ("idle", "idle"),
           ("other", "another class"), ("none", "no stack read"))
 
@@ -49,9 +50,10 @@ def _strip(cells: list[dict[str, Any]]) -> str:
         culprit = bool(c.get("culprit"))
         cls = c.get("stack_class")
         word = f"{c.get('label')} (pid {c.get('pid')}): {cls or 'no stack read'}" + (", the culprit" if culprit else "")
-        items.append(f"<span class='rank {_kind(cls)}{' culprit' if culprit else ''}' data-pid='{h(c.get('pid'))}' "
+        items.append(f"<span class='rank {_kind(cls)}{' culprit' if culprit else ''}' data-rank='{h(c.get('label'))}' "
                      f"title='{h(word)}'><b>{h(c.get('label'))}</b><small>{h(cls or 'no stack')}</small>"
-                     + ("<em>◀ culprit</em>" if culprit else "") + "</span>")
+                     + (f"<small class='state-{h(c['state'])}'>state {h(c['state'])}</small>" if c.get("state") in ODD_STATES
+                        else "") + ("<em>◀ culprit</em>" if culprit else "") + "</span>")
     legend = "".join(f"<span><span class='rank-key {k}'></span> {w}</span>" for k, w in LEGEND)
     return f"<div class='strip'>{''.join(items)}</div><p class='legend'>{legend}</p>"
 

@@ -120,8 +120,10 @@ def _strip(dep: dict[str, Any]) -> list[str]:
     cells = rd.rank_strip(dep)
     if not cells:
         return []
-    said = [f"**{md(c.get('label'))} {md(c.get('stack_class') or 'no stack')} ← culprit**" if c.get("culprit") else
-            f"{md(c.get('label'))} {md(c.get('stack_class') or 'no stack')}" for c in cells[:512]]
+    def cell(c: dict[str, Any]) -> str:
+        state = f" (state {md(c['state'])})" if c.get("state") in ("T", "t", "Z", "D", "X") else ""
+        return f"{md(c.get('label'))} {md(c.get('stack_class') or 'no stack')}{state}"
+    said = [f"**{cell(c)} ← culprit**" if c.get("culprit") else cell(c) for c in cells[:512]]
     return [f"### ranks of {md(dep.get('id'))}", "", " · ".join(said), ""]
 
 
