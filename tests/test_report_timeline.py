@@ -65,3 +65,17 @@ def test_rank_strip_and_timeline_round_trip_and_older_reports_still_read() -> No
         del dep["rank_strip"], dep["timeline"]
     old = Report.from_dict(raw).deployments[0]
     assert old.rank_strip == [] and old.timeline is None
+
+
+def test_the_terminal_says_the_timeline_in_one_line() -> None:
+    from vllmdiag.render import report_data as rd
+    from vllmdiag.render.compact import timeline
+
+    first = _with_ring(snapshot([all_reduce()] * 2, ENGINE_WAITING, 0), "1111 0000", 1)
+    later = _with_ring(snapshot([EXECUTING, all_reduce()], ENGINE_WAITING, 2, tokens=130), "1111 1111", 2)
+    moving = rd.nodes(judged(first, later).to_dict())[0]
+    assert timeline(moving) == ["[bold]timeline [/] 2 passes, looks from 0 to 2.10 s: last moved: generation tokens at "
+                                "2.10 s, TP0 at 2.00 s, psm_rpc (rpc_broadcast_mq) at 2.00 s"]
+    ranks = [all_reduce()] * 3 + [EXECUTING]
+    still = rd.nodes(judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 1)).to_dict())[0]
+    assert timeline(still)[0].endswith("nothing moved (ranks' stacks, /metrics counters)")

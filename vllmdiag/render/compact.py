@@ -95,7 +95,7 @@ def timeline(node: rd.NodeData) -> list[str]:
         if not tl or not tl["rows"]:
             continue
         n = len(tl["passes"]) or 1
-        moved = sorted(((rd.last_moved(r) or 0.0, str(r["name"])) for r in tl["rows"] if r["moved"]), reverse=True)
+        moved = sorted(((rd.last_moved(r) or 0.0, str(r["name"])) for r in tl["rows"] if r["moved"]), key=lambda m: -m[0])
         looked = ", ".join(w for k, w in kinds.items() if any(r["kind"] == k for r in tl["rows"]))
         said = ("last moved: " + ", ".join(f"{name} at {t:.2f} s" for t, name in moved[:4])
                 + (f" and {len(moved) - 4} more" if len(moved) > 4 else "") if moved else f"nothing moved ({looked})")
