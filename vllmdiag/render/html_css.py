@@ -49,6 +49,7 @@ table.timeline td:first-child{max-width:330px;overflow-wrap:anywhere}table.timel
 td.moved{color:var(--ok)}td.still{color:#424a53}
 .culprit-row td:first-child{font-weight:700}
 .grid{border-collapse:separate;border-spacing:3px;width:auto}.grid td{border:0;padding:0}
+.grid td:nth-child(-n+3){white-space:nowrap}.grid td.why{padding-left:8px;color:#424a53}
 .gpu{display:inline-block;width:26px;height:22px;border-radius:4px;text-align:center;font-size:11px;color:#fff;line-height:22px}
 .gpu.ok{background:var(--ok)}.gpu.blocked{background:#f4a6a6;color:#1f2328}
 .gpu.culprit{background:var(--bad);outline:3px solid #000}
