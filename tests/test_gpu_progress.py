@@ -164,3 +164,21 @@ def test_moe_dispatch_is_a_collective() -> None:
     frames = [("dispatch", "vllm/distributed/device_communicators/all2all.py", 10),
               ("forward", "vllm/model_executor/layers/fused_moe/layer.py", 20)]
     assert classify_frames(frames).label == "collective:moe_dispatch"
+
+
+def test_a_confident_straggler_verdict_states_what_was_seen_not_the_short_window() -> None:
+    """Issue 26: under a blocked straggler verdict the stall warning's "watched only 1.5 s (... triage --confirm
+    S)" read as a doubt about the block. The verdict quotes what the passes showed; the finding keeps its note,
+    and a verdict that is only suspected still carries it."""
+    executing = [(f, p, 10) for f, p in [*STEP, ("_prepare_inputs", "vllm/v1/worker/gpu_model_runner.py")]]
+    ranks = [all_reduce()] * 3 + [executing]
+    rep = judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 1))
+    v = rep.verdict
+    assert (v.status, v.layer, v.culprits[0].rank) == ("blocked", "gpu", 3), v.summary
+    assert "gpu.rank_straggler" in codes(rep) and "watched only" in codes(rep)["gpu.stall_suspected"].message
+    assert not [e for e in v.evidence if "watched only" in e or "suspected" in e or "--confirm" in e], v.evidence
+    seen = [e for e in v.evidence if "nothing moved" in e]
+    assert seen and "TP[0-2] collective:all_reduce" in seen[0] and "TP3 executing" in seen[0], v.evidence
+    assert "2 request(s) running" in seen[0] and "in 1.5 s" in seen[0], seen
+    short = judged(snapshot([sync_point()] * 2, ENGINE_WAITING, 0), snapshot([sync_point()] * 2, ENGINE_WAITING, 1))
+    assert short.verdict.status == "degraded" and any("watched only" in e for e in short.verdict.evidence)

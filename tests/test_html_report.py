@@ -73,6 +73,30 @@ def rendered_dom(page: Path) -> tuple[Dom, str]:
     return dom, out.stderr
 
 
+# What a person sees and copies: the page's rendered text (innerText honours <pre>, CSS and hidden parts), read
+# from a copy to which a tiny script is added (the report's CSP forbids scripts; the copy drops it) that opens
+# every <details> and swaps the body for its own text, then dumped by --dump-dom.
+TEXT_SCRIPT = ("<script>document.querySelectorAll('details').forEach(d => d.open = true);"
+               "const t = document.body.innerText; document.body.textContent = ''; const p = document.createElement('pre');"
+               "p.id = 'rendered-text'; p.textContent = t; document.body.appendChild(p);</script>")
+
+
+def rendered_text(page: Path) -> str:
+    import html as _html
+
+    probe = page.with_name(page.stem + ".text-probe.html")
+    probe.write_text(re.sub(r"<meta http-equiv='Content-Security-Policy'[^>]*>", "", page.read_text())
+                     .replace("</body>", TEXT_SCRIPT + "</body>"))
+    try:
+        out = chromium(probe, "--dump-dom")
+    finally:
+        probe.unlink()
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = re.search(r"<pre id=\"rendered-text\">(.*?)</pre>", out.stdout, re.S)
+    assert found, out.stdout[-2000:]
+    return _html.unescape(found.group(1))
+
+
 @needs_chromium
 def test_the_load_check_catches_a_page_that_loads_something(tmp_path: Path) -> None:
     """The negative control: without it, "nothing failed to load" could pass by never looking."""
@@ -131,6 +155,11 @@ def test_fleet_report_grid_marks_the_culprit_cell_and_links_each_node(tmp_path: 
     ids = {e["attrs"]["id"] for e in dom.elements if "id" in e["attrs"]}
     links = [e["attrs"]["href"] for e in dom.elements if e["tag"] == "a" and "href" in e["attrs"]]
     assert sorted(links) == [f"#node-gpu0{i}" for i in range(4)] and all(link[1:] in ids for link in links)
+    assert "VLLM::Worker_TP1" in rows["gpu01"]["text"] and "gpu layer" in rows["gpu01"]["text"], "why it is blocked"
+    fold = dom.having("healthy-fold")
+    assert len(fold) == 1 and "3 healthy nodes: gpu[00,02-03]" in fold[0]["text"]
+    text = rendered_text(page)  # as a person reads it: the blocked node in full, the healthy ones in one line each place
+    assert text.count("3 healthy nodes") == 2 and "\\x0a" not in text
 
 
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>\x1b[31m`| [x](http://evil) **b** &lt;"
@@ -142,7 +171,10 @@ def _hostile_report() -> dict[str, Any]:
     verdict = {"status": "blocked", "layer": "gpu", "culprits": [culprit], "summary": HOSTILE, "evidence": [HOSTILE],
                "next_steps": [HOSTILE], "confidence": "high"}
     return {"schema_version": 1, "verdict": verdict,
-            "deployments": [{"id": HOSTILE, "node": HOSTILE, "root_pid": 7, "processes": [proc], "verdict": verdict}],
+            "deployments": [{"id": HOSTILE, "node": HOSTILE, "root_pid": 7, "processes": [proc], "verdict": verdict,
+                             "rank_strip": [{"label": HOSTILE, "pid": 7, "stack_class": HOSTILE, "culprit": True}],
+                             "timeline": {"window_s": 1.0, "passes": [0.0], "rows": [
+                                 {"kind": HOSTILE, "name": HOSTILE, "looks": [0.0, 0.5], "moved": [0.5]}]}}],
             "findings": [{"code": "gpu.rank_straggler", "layer": "gpu", "severity": "critical", "node": HOSTILE,
                           "pids": [7], "message": HOSTILE, "evidence": {"ring": HOSTILE}}],
             "snapshot": {"node": HOSTILE, "collected_at": HOSTILE, "vllmdiag_version": HOSTILE, "probes": {
@@ -210,8 +242,8 @@ def test_markdown_report_has_the_html_sections_as_text() -> None:
 def test_gpus_per_rank_and_an_unreachable_node_in_the_fleet_grid() -> None:
     workers = [{"pid": 100 + r, "ppid": 9, "role": "worker", "rank": r, "ranks": {"tp": r}, "title": f"VLLM::Worker_TP{r}",
                 "state": "S"} for r in range(2)]
-    verdict = {"status": "healthy", "layer": None, "culprits": [], "summary": "ok", "evidence": [], "next_steps": [],
-               "confidence": "high"}
+    verdict: dict[str, Any] = {"status": "healthy", "layer": None, "culprits": [], "summary": "ok", "evidence": [],
+                               "next_steps": [], "confidence": "high"}
     gpus = [{"index": i, "util_pct": 97, "processes": [{"pid": 100 + i}], "ecc_uncorrected_volatile": 0} for i in range(2)]
     snap = {"node": "gpu00", "probes": {"nvml": {"status": "ok", "data": {"gpus": gpus}}}}
     d = {"verdict": verdict, "findings": [], "snapshots": [snap],
@@ -228,3 +260,145 @@ def test_gpus_per_rank_and_an_unreachable_node_in_the_fleet_grid() -> None:
     assert links == ["#node-gpu00"], "only nodes that answered have a section to link to"
     md = to_markdown(d)
     assert "util 97 %" in md and "| gpu01 | unreachable |" in md
+
+
+@needs_chromium
+def test_commands_read_one_per_line_in_the_rendered_page_and_the_markdown(tmp_path: Path) -> None:
+    """Issue 26: the page's cleaner turned the newlines between commands into a visible \\x0a, so "Next
+    read-only steps" and every "Confirm" block read as one line. Read back as Chromium draws them."""
+    from vllmdiag.render.files import to_html, to_markdown
+
+    report = _real_report()
+    steps = report.verdict.next_steps
+    assert len(steps) >= 2
+    page = tmp_path / "node.html"
+    page.write_text(to_html(report, ["vllmdiag", "analyze", "x.json"]))
+    text = rendered_text(page)
+    lines = [line.strip() for line in text.splitlines()]
+    assert "\\x0a" not in text, [line for line in lines if "\\x0a" in line]
+    for step in steps:
+        assert f"$ {step}" in lines, (step, lines)
+    from vllmdiag.playbook import load_playbooks
+    from vllmdiag.render.report_data import confirm_commands
+
+    books, d = load_playbooks(), report.to_dict()
+    confirm = [c for f in d["findings"] if f["code"] in books for c in confirm_commands(d, f)]
+    assert len(confirm) >= 2 and all(c in lines for c in confirm), (confirm, lines)
+    md = to_markdown(report).splitlines()
+    assert all(s in md for s in steps) and all(c in md for c in confirm) and "\\x0a" not in "\n".join(md)
+
+
+def test_a_newline_inside_one_command_stays_visible_on_its_line() -> None:
+    """The fix joins commands with newlines after escaping each: a newline a hostile string carries inside one
+    command still cannot forge a second line."""
+    report = _hostile_report()
+    report["verdict"]["next_steps"] = ["py-spy dump --pid 7\nrm -rf /", "py-spy dump --native --pid 7"]
+    dom = Dom()
+    dom.feed(to_html(report))
+    pre = next(e["text"] for e in dom.elements if e["tag"] == "pre" and "py-spy" in e["text"])
+    assert pre.splitlines() == ["$ py-spy dump --pid 7\\x0arm -rf /", "$ py-spy dump --native --pid 7"]
+    md = to_markdown(report)
+    assert "py-spy dump --pid 7\\x0arm -rf /" in md.splitlines() and "rm -rf /" not in md.splitlines()
+
+
+
+def _fleet_report() -> Any:
+    from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
+    from vllmdiag.api import load_snapshots
+    from vllmdiag.model import NodeOutcome
+
+    data = Path(__file__).parent / "data" / "vllm-real"
+    snaps = [load_snapshots(data / "snap-a-healthy.json")[0] for _ in range(3)] + \
+        [load_snapshots(data / "snap-b-worker-tp2-stuck.json")[0]]
+    for i, s in enumerate(snaps):
+        s.node = f"gpu0{i}"
+    return analyze_fleet(snaps, [*(NodeOutcome(s.node, "ok", None, 1.0) for s in snaps),
+                                 NodeOutcome("gpu04", "unreachable", "ssh: connect timed out", 5.0)])
+
+
+def test_fleet_html_folds_the_healthy_nodes_and_says_why_for_every_other() -> None:
+    """Issue 26: every healthy node got a full section and its own grid row, and the blocked node's "why" was
+    empty. One line (a <details>) for the healthy nodes, in the grid and among the sections; why for the rest."""
+    from vllmdiag.render.files import to_html, to_markdown
+
+    report = _fleet_report()
+    why = {n.name: n.why for n in report.nodes or []}
+    assert why["gpu00"] == why["gpu01"] == why["gpu02"] == "" and why["gpu04"] == "ssh: connect timed out"
+    culprit = report.verdict.culprits[0]
+    grid = {r.state: r.reason for r in report.fleet.grid}  # the terminal's why: layer and culprit, no pid (folds)
+    assert grid == {"blocked": f"{report.verdict.layer} layer, {culprit.title}", "unreachable": "ssh", "healthy": ""}
+    assert why["gpu03"].startswith(f"{report.verdict.layer} layer, {culprit.title} (pid {culprit.pid}")
+    page = to_html(report)
+    dom = Dom()
+    dom.feed(page)
+    rows = {e["attrs"]["data-node"]: e for e in dom.elements if e["tag"] == "tr" and "data-node" in e["attrs"]}
+    whys = {name: next(e["text"] for e in dom.elements if e["tag"] == "td" and "why" in (e["attrs"].get("class") or "")
+                       and e["text"] in row["text"]) for name, row in rows.items()}
+    assert whys["gpu03"] == why["gpu03"] and whys["gpu04"] == "ssh: connect timed out" and not whys["gpu00"]
+    fold = dom.having("healthy-fold")
+    assert len(fold) == 1 and "3 healthy nodes: gpu[00-02]" in fold[0]["text"]
+    folded_rows = [e["attrs"]["data-node"] for e in dom.elements if e["tag"] == "tr" and "data-node" in e["attrs"]
+                   and e["text"] in fold[0]["text"]]
+    assert sorted(folded_rows) == ["gpu00", "gpu01", "gpu02"], "each healthy node still opens to its row"
+    folded = dom.having("healthy-nodes")
+    assert len(folded) == 1 and "3 healthy nodes (gpu[00-02])" in folded[0]["text"]
+    start, end = page.index("<details class='healthy-nodes'>"), page.rindex("</details>")
+    at = {name: page.index(f"<section class='node' id='node-{name}'>") for name in ("gpu00", "gpu01", "gpu02", "gpu03")}
+    assert all(start < at[n] < end for n in ("gpu00", "gpu01", "gpu02")) and at["gpu03"] < start
+    md = to_markdown(report)
+    assert "| gpu\\[00\\-02\\] | healthy (3 nodes) |" in md and md.count("| healthy") == 1, md
+    assert "Worker\\_TP2 \\(pid" in next(line for line in md.splitlines() if line.startswith("| gpu03 |"))
+
+
+def test_an_older_fleet_report_without_why_still_says_why() -> None:
+    d = _fleet_report().to_dict()
+    for n in d["nodes"]:
+        del n["why"]
+    dom = Dom()
+    dom.feed(to_html(d))
+    row = next(e for e in dom.elements if e["attrs"].get("data-node") == "gpu03")
+    assert "Blocked at the" in row["text"] and "connect timed out" in next(
+        e for e in dom.elements if e["attrs"].get("data-node") == "gpu04")["text"]
+
+
+@needs_chromium
+def test_node_report_shows_ranks_timeline_and_labelled_sparklines_as_read(tmp_path: Path) -> None:
+    """Issue 26: a single node's report had no rank strip or timeline, and each ring's sparkline was an
+    unlabelled line. Read back from Chromium: one cell per rank with its class, the culprit said in words;
+    a row per rank, ring and counter saying when it last moved; every sparkline says what it plots."""
+    from vllmdiag.render.files import to_html
+
+    report = _real_report()
+    culprit = report.verdict.culprits[0]
+    page = tmp_path / "node.html"
+    page.write_text(to_html(report))
+    lines = [line.strip() for line in rendered_text(page).splitlines() if line.strip()]
+    assert lines.index("Ranks and passes") < lines.index("Layers, in bisection order")
+    at = lines.index(f"TP{culprit.rank}")
+    assert lines[at + 1:at + 4] == ["idle", "state T", "◀ culprit"], lines[at:at + 5]  # SIGSTOPped: said, not guessed
+    assert [line for line in lines if line in ("TP0", "TP1", "TP2", "TP3")][:4] == ["TP0", "TP1", "TP2", "TP3"]
+    rows = [line for line in lines if line.startswith(("rank ", "ring ", "counter "))]
+    assert "rank TP1\t\tnever (1 look)" in rows and "ring 4 worker_response_mq rings\t\tnever (6 looks)" in rows, rows
+    captions = [line for line in lines if line.startswith("unread slots of the most-behind reader (0 to ")]
+    assert captions and all(re.search(r"\d+ samples over \d\.\d\d s", c) for c in captions), captions
+
+
+def test_timeline_says_when_a_thing_moved_in_html_and_markdown() -> None:
+    from judged import judged
+    from test_gpu_progress import ENGINE_WAITING, all_reduce, snapshot
+    from test_report_timeline import EXECUTING, _with_ring
+
+    from vllmdiag.render.files import to_html, to_markdown
+
+    first = _with_ring(snapshot([all_reduce()] * 2, ENGINE_WAITING, 0), "1111 0000", 1)
+    later = _with_ring(snapshot([EXECUTING, all_reduce()], ENGINE_WAITING, 2, tokens=130), "1111 1111", 2)
+    report = judged(first, later)
+    dom = Dom()
+    dom.feed(to_html(report))
+    said = [" ".join(e["text"].split()) for e in dom.elements if e["tag"] == "tr" and "data-kind" in e["attrs"]]
+    assert any(k.startswith("rank TP0") and k.endswith("at 2.00 s (2 looks)") for k in said), said
+    assert any(k.startswith("counter generation tokens") and k.endswith("at 2.10 s (4 looks)") for k in said), said
+    md = to_markdown(report).splitlines()
+    assert "| rank TP0 | 0.00, 2.00 | 2.00 | at 2.00 s |" in md
+    assert "| ring psm\\_rpc \\(rpc\\_broadcast\\_mq\\) | 0.00, 0.10, 2.00, 2.10 | 2.00 | at 2.00 s |" in md
+    assert any(line.startswith("TP0 executing · TP1 collective:all\\_reduce") for line in md), md

@@ -53,6 +53,10 @@ def test_fleet_report_round_trips() -> None:
     assert again == report and again.to_dict() == raw
     assert [n["name"] for n in raw["nodes"]] == ["gpu01", "gpu02", "gpu03"]
     assert {r["state"] for r in raw["fleet"]["grid"]} == {"blocked", "healthy", "unreachable"}
+    assert [bool(n["why"]) for n in raw["nodes"]] == [False, True, True]
+    for n in raw["nodes"]:  # written before the grid said why: still reads, with no why
+        del n["why"]
+    assert [n.why for n in Report.from_dict(raw).nodes or []] == ["", "", ""]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -76,6 +76,16 @@ def test_blocked_node_says_the_verdict_once_and_marks_the_culprit(sim: object) -
     assert re.search(r"TP2 ◀ culprit\s+executing", text), "the stack class row of the culprit is marked"
 
 
+def test_a_ring_names_the_reader_it_waits_on_in_words() -> None:
+    """Issue 26: the terminal said "waits on the framed reader", a frame only the HTML draws."""
+    from vllmdiag.render.compact import _bar
+    from vllmdiag.render.report_data import RingView
+
+    ring = RingView("psm_1", "rpc", "EngineCore", ["TP0", "TP1", "TP2", "TP3"], [0, 0, 10, 0], 10, {2}, [], "FULL still")
+    text = re.sub(r"\[/?[a-z ]*\]", "", _bar(ring))
+    assert text.endswith("◀ waits on TP2") and "framed" not in text, text
+
+
 def test_collect_help_is_in_the_style_of_the_other_commands() -> None:
     out = _vllmdiag("collect", "--help")
     assert out.returncode == 0 and "Usage: vllmdiag collect [OPTIONS]" in out.stdout

@@ -22,7 +22,7 @@ def write_verdict(status: str, layer: str | None, deciding: list[Finding], all_f
         summary = f"Degraded ({layer}): {head.message}"
     evidence = [f.message for f in ordered]
     # Other blocking findings are added by corroborate() with their relation; warnings here.
-    evidence += [f.message for f in all_findings if f not in ordered and f.severity == "warning"][:6]
+    evidence += [_as_seen(f, status) for f in all_findings if f not in ordered and f.severity == "warning"][:6]
     steps: list[str] = []
     for f in ordered:
         for step in next_steps_for(f):
@@ -30,6 +30,13 @@ def write_verdict(status: str, layer: str | None, deciding: list[Finding], all_f
                 steps.append(step)
     return Verdict(status=status, layer=layer, culprits=culprits, summary=summary, evidence=evidence,
                    next_steps=steps[:8])
+
+
+def _as_seen(f: Finding, status: str) -> str:
+    """Under a blocked verdict a suspicion (gpu.stall_suspected) says what it saw (``evidence["observed"]``),
+    not its doubt: "watched only 0.4 s" under a confident straggler read as if the block were in question."""
+    observed = f.evidence.get("observed")
+    return observed if status == "blocked" and isinstance(observed, str) and observed else f.message
 
 
 def _who(culprits: list[Culprit]) -> str:

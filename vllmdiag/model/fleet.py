@@ -54,18 +54,22 @@ class NodeEntry:
     duration_s: float
     verdict: str
     gpus: str = ""  # one character per GPU (worker): . ok, X culprit, b blocked, d degraded, ? unknown
+    # Why the node is not healthy, in one line: how it failed to answer, or its verdict's layer and culprit
+    # ("" for a healthy node; absent from reports written before it, read as "").
+    why: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         # Not asdict: its deep copy cost seconds for the 100,000 nodes a sweep may list (issue 15 item 9).
         return {"name": self.name, "status": self.status, "reason": self.reason, "duration_s": self.duration_s,
-                "verdict": self.verdict, "gpus": self.gpus}
+                "verdict": self.verdict, "gpus": self.gpus, "why": self.why}
 
     @classmethod
     def from_dict(cls, raw: Any, where: str) -> NodeEntry:
         obj = c.expect_dict(raw, where)
         return cls(name=c.text(obj, "name", where), status=c.one_of(obj, "status", NODE_STATUSES, where),
                    reason=c.opt_text(obj, "reason", where), duration_s=c.number(obj, "duration_s", where),
-                   verdict=c.text(obj, "verdict", where, ""), gpus=c.text(obj, "gpus", where, ""))
+                   verdict=c.text(obj, "verdict", where, ""), gpus=c.text(obj, "gpus", where, ""),
+                   why=c.text(obj, "why", where, ""))
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any
 from vllmdiag.model import _check as c
 from vllmdiag.model.fleet import FleetSection, NodeEntry
 from vllmdiag.model.snapshot import Snapshot
+from vllmdiag.model.timeline import RankCell, Timeline
 from vllmdiag.model.verdict import Finding, Verdict
 
 REPORT_SCHEMA_VERSION = 1
@@ -79,6 +80,9 @@ class DeploymentReport:
     # None when not seen (reports written before it was carried read as None too).
     vllm_version: str | None = None
     vllm_version_source: str | None = None
+    # What the node report draws over time (model/timeline.py); absent from reports written before them.
+    rank_strip: list[RankCell] = field(default_factory=list)
+    timeline: Timeline | None = None
 
     @property
     def pids(self) -> set[int]:
@@ -91,7 +95,8 @@ class DeploymentReport:
         return {"id": self.id, "node": self.node, "root_pid": self.root_pid, "configured": dict(self.configured),
                 "processes": [p.to_dict() for p in self.processes], "verdict": self.verdict.to_dict(),
                 "rings": [r.to_dict() for r in self.rings], "vllm_version": self.vllm_version,
-                "vllm_version_source": self.vllm_version_source}
+                "vllm_version_source": self.vllm_version_source, "rank_strip": [r.to_dict() for r in self.rank_strip],
+                "timeline": None if self.timeline is None else self.timeline.to_dict()}
 
     @classmethod
     def from_dict(cls, raw: Any, where: str) -> DeploymentReport:
@@ -105,7 +110,9 @@ class DeploymentReport:
                    configured={str(k): v for k, v in configured.items()},
                    rings=_items(obj, "rings", RingView.from_dict, where),
                    vllm_version=c.opt_text(obj, "vllm_version", where),
-                   vllm_version_source=c.opt_text(obj, "vllm_version_source", where))
+                   vllm_version_source=c.opt_text(obj, "vllm_version_source", where),
+                   rank_strip=_items(obj, "rank_strip", RankCell.from_dict, where),
+                   timeline=None if obj.get("timeline") is None else Timeline.from_dict(obj["timeline"], f"{where}.timeline"))
 
 
 @dataclass

@@ -27,7 +27,7 @@ def render(d: dict[str, Any], console: Any) -> None:
         for line in [*handshake(node), *queue(node)]:
             console.print(line)
         stacks(node, console)
-        for line in client(node):
+        for line in [*client(node), *timeline(node)]:
             console.print(line)
 
 
@@ -80,8 +80,28 @@ def _bar(r: rd.RingView) -> str:
     for i, (name, value) in enumerate(zip(r.readers, r.unread, strict=False)):
         style = CULPRIT if i in r.laggards else ("green" if value == 0 else "yellow")
         cells.append(f"[{style}]{escape(name)} {value}[/]")
-    lag = " [bold red]◀ waits on the framed reader[/]" if r.laggards else ""
+    # Named in words: only the HTML report frames the cell, and without colour nothing else marks it here.
+    waited = [r.readers[i] for i in sorted(r.laggards) if i < len(r.readers)]
+    lag = f" [bold red]◀ waits on {escape(', '.join(waited))}[/]" if waited else ""
     return " ".join(cells) + f" [dim]/{r.max_chunks}[/]" + lag
+
+
+def timeline(node: rd.NodeData) -> list[str]:
+    """The timeline of the passes in one line (the report files draw it): what moved last, or that nothing did."""
+    out = []
+    kinds = {"rank": "ranks' stacks", "ring": "rings", "counter": "/metrics counters"}
+    for dep in node.deployments:
+        tl = rd.timeline(dep)
+        if not tl or not tl["rows"]:
+            continue
+        n = len(tl["passes"]) or 1
+        moved = sorted(((rd.last_moved(r) or 0.0, str(r["name"])) for r in tl["rows"] if r["moved"]), key=lambda m: -m[0])
+        looked = ", ".join(w for k, w in kinds.items() if any(r["kind"] == k for r in tl["rows"]))
+        said = ("last moved: " + ", ".join(f"{name} at {t:.2f} s" for t, name in moved[:4])
+                + (f" and {len(moved) - 4} more" if len(moved) > 4 else "") if moved else f"nothing moved ({looked})")
+        span = max(t for r in tl["rows"] for t in r["looks"])
+        out.append(_head("timeline") + f"{n} pass{'es' if n != 1 else ''}, looks from 0 to {span:.2f} s: {escape(said)}")
+    return out
 
 
 def _fold(names: list[str]) -> str:

@@ -33,8 +33,23 @@ th{background:var(--bg);font-weight:600}
 .cell{min-width:64px;border:1px solid var(--line);border-radius:4px;padding:2px 6px;font-size:12px;position:relative;
  background:linear-gradient(to right,var(--fill,#eaeef2) var(--pct,0%),#fff var(--pct,0%))}
 .cell.laggard{outline:3px solid var(--bad);font-weight:700}
-.spark{vertical-align:middle}
+.spark{vertical-align:middle}.spark-box{display:inline-flex;flex-direction:column;max-width:240px}
+.spark-label{font-size:10.5px;line-height:1.25}
+.strip{display:flex;gap:3px;flex-wrap:wrap;margin:4px 0}
+.rank{display:inline-flex;flex-direction:column;min-width:70px;border:1px solid var(--line);border-radius:4px;
+ padding:2px 6px;font-size:12px;line-height:1.3}.rank small{color:#424a53;overflow-wrap:anywhere}
+.rank em{color:var(--bad);font-style:normal;font-weight:700;font-size:11px}
+.rank.wait,.rank-key.wait{background:#fff8c5}.rank.run,.rank-key.run{background:#ddf4ff}
+.rank.idle,.rank-key.idle{background:#f6f8fa}.rank.other,.rank-key.other{background:#fbefff}
+.rank.none,.rank-key.none{background:#fff;border-style:dashed}
+.rank.culprit{outline:3px solid var(--bad);background:#ffebe9}
+.rank-key{display:inline-block;width:14px;height:12px;border:1px solid var(--line);vertical-align:middle}
+table.timeline{width:auto;max-width:100%}table.timeline td{vertical-align:middle}
+table.timeline td:first-child{max-width:330px;overflow-wrap:anywhere}table.timeline td:last-child{white-space:nowrap}
+td.moved{color:var(--ok)}td.still{color:#424a53}
+.culprit-row td:first-child{font-weight:700}
 .grid{border-collapse:separate;border-spacing:3px;width:auto}.grid td{border:0;padding:0}
+.grid td:nth-child(-n+3){white-space:nowrap}.grid td.why{padding-left:8px;color:#424a53}
 .gpu{display:inline-block;width:26px;height:22px;border-radius:4px;text-align:center;font-size:11px;color:#fff;line-height:22px}
 .gpu.ok{background:var(--ok)}.gpu.blocked{background:#f4a6a6;color:#1f2328}
 .gpu.culprit{background:var(--bad);outline:3px solid #000}

@@ -20,6 +20,13 @@ def h(value: object) -> str:
     return escape(clean("" if value is None else value), quote=True)
 
 
+def h_lines(items: list[str]) -> str:
+    """One line per item, for a <pre> block of commands: each is escaped on its own, since h() turns a
+    newline inside a string into a visible \\x0a (a title cannot forge a line) and would do the same to
+    the newlines that separate the commands."""
+    return "\n".join(h(s) for s in items)
+
+
 def tag(text: str, kind: str) -> str:
     return f"<span class='tag {h(kind)}'>{h(text)}</span>"
 
@@ -129,16 +136,27 @@ def _reader_cell(r: rd.RingView, i: int) -> str:
 
 
 def _sparkline(r: rd.RingView) -> str:
-    """Unread slots of the most-behind reader over the samples (an inline SVG: no script, no asset)."""
-    series = [max([int(u or 0) for u in s.get("unread") or [0]] or [0]) for s in r.samples if isinstance(s, dict)][:200]
+    """Unread slots of the most-behind reader over the ring's samples, labelled with what is plotted, its
+    axis (0 to the ring's chunks) and the samples' count and span (an inline SVG: no script, no asset)."""
+    samples = [s for s in r.samples if isinstance(s, dict)][:200]
+    series = [max([int(u or 0) for u in s.get("unread") or [0]] or [0]) for s in samples]
     if len(series) < 2:
         return ""
     top = max(r.max_chunks, max(series), 1)
-    w, ht = 120, 22
-    pts = " ".join(f"{round(i * w / (len(series) - 1), 1)},{round(ht - 2 - v * (ht - 4) / top, 1)}" for i, v in enumerate(series))
-    label = f"unread over {len(series)} samples: {', '.join(map(str, series[:20]))}"
-    return (f"<svg class='spark' width='{w}' height='{ht}' role='img' aria-label='{h(label)}'><title>{h(label)}</title>"
-            f"<polyline fill='none' stroke='#0969da' stroke-width='1.5' points='{pts}'/></svg>")
+    w, ht, left = 120, 26, 18
+    pts = " ".join(f"{round(left + i * (w - left - 2) / (len(series) - 1), 1)},{round(ht - 3 - v * (ht - 6) / top, 1)}"
+                   for i, v in enumerate(series))
+    times = [float(s["t_s"]) for s in samples if isinstance(s.get("t_s"), (int, float))]
+    span = f" over {times[-1] - times[0]:.2f} s" if len(times) == len(series) else ""
+    flat = f", all {series[0]}" if len(set(series)) == 1 else f": {', '.join(map(str, series[:20]))}"
+    caption = f"unread slots of the most-behind reader (0 to {top}), {len(series)} samples{span}{flat}"
+    axis = (f"<text x='{left - 3}' y='8' font-size='8' text-anchor='end' fill='#6e7781'>{top}</text>"
+            f"<text x='{left - 3}' y='{ht - 1}' font-size='8' text-anchor='end' fill='#6e7781'>0</text>"
+            f"<line x1='{left}' y1='2' x2='{left}' y2='{ht - 2}' stroke='#d0d7de'/>"
+            f"<line x1='{left}' y1='{ht - 3}' x2='{w}' y2='{ht - 3}' stroke='#d0d7de'/>")
+    return (f"<span class='spark-box'><svg class='spark' width='{w}' height='{ht}' role='img' aria-label='{h(caption)}'>"
+            f"<title>{h(caption)}</title>{axis}<polyline fill='none' stroke='#0969da' stroke-width='1.5' points='{pts}'/>"
+            f"</svg><span class='spark-label muted'>{h(caption)}</span></span>")
 
 
 # ---- gpu --------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from typing import Any
 
 from vllmdiag.render import report_data as rd
 from vllmdiag.render.html_css import CSS
-from vllmdiag.render.html_layers import h, layer_sections, tag
+from vllmdiag.render.html_layers import h, h_lines, layer_sections, tag
+from vllmdiag.render.html_timeline import strip_and_timeline
 
 CELL_CLASS = {".": "ok", "X": "culprit", "b": "blocked", "d": "degraded", "?": "unknown"}
 CELL_WORD = {".": "ok", "X": "culprit", "b": "blocked", "d": "degraded", "?": "unknown"}
@@ -26,7 +27,13 @@ def to_html(d: dict[str, Any], argv: list[str] | None = None) -> str:
     if "nodes" in d:
         body.append(fleet_grid(d))
     body.append(findings_section(d))
-    body += [node_section(n, len(nodes) > 1, v.get("layer")) for n in nodes]
+    fleet = len(nodes) > 1
+    healthy = [n for n in nodes if fleet and n.deployments and rd.node_status(n) == "healthy"]
+    body += [node_section(n, fleet, v.get("layer")) for n in nodes if n not in healthy]
+    if healthy:  # said in one line; each still opens (the grid links into it, and a browser opens it there)
+        body.append(f"<details class='healthy-nodes'><summary>{len(healthy)} healthy node{'s' if len(healthy) > 1 else ''}"
+                    f" ({h(rd.fold([n.name for n in healthy]))}): their sections</summary>"
+                    + "".join(node_section(n, fleet, v.get("layer")) for n in healthy) + "</details>")
     body.append("<footer>Written by vllmdiag, a read-only tool: nothing was sent to a vLLM socket, nothing was "
                 "written to /dev/shm, no process was signalled.</footer>")
     # The CSP forbids every load and every script: the page is complete as written, and even a string
@@ -47,7 +54,7 @@ def header(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) 
     if v.get("evidence"):
         out.append("<h2>Evidence</h2><ul>" + "".join(f"<li>{h(e)}</li>" for e in v["evidence"][:20]) + "</ul>")
     if v.get("next_steps"):
-        out.append("<h2>Next read-only steps</h2><pre>" + h("\n".join(f"$ {s}" for s in v["next_steps"])) + "</pre>")
+        out.append("<h2>Next read-only steps</h2><pre>" + h_lines([f"$ {s}" for s in v["next_steps"]]) + "</pre>")
     return "\n".join(out)
 
 
@@ -98,7 +105,7 @@ def findings_section(d: dict[str, Any]) -> str:
         confirm = rd.confirm_commands(d, f)
         opened = " open" if sev == "critical" else ""
         playbook = (f"<details{opened}><summary>playbook: {h(book.get('title', f.get('code')))}</summary>"
-                    f"<p>{h(book.get('meaning', ''))}</p>" + (f"<p>Confirm (read-only):</p><pre>{h(chr(10).join(confirm))}</pre>"
+                    f"<p>{h(book.get('meaning', ''))}</p>" + (f"<p>Confirm (read-only):</p><pre>{h_lines(confirm)}</pre>"
                                                               if confirm else "") + "</details>") if book else ""
         (quiet if sev == "info" else items).append(
             f"<div class='finding {h(sev)}' data-code='{h(f.get('code'))}'>{tag(sev, sev)} <b class=mono>"
@@ -111,21 +118,31 @@ def findings_section(d: dict[str, Any]) -> str:
 
 
 def fleet_grid(d: dict[str, Any]) -> str:
-    """Node x GPU grid: one row per node, one cell per GPU (worker), coloured by state, culprit framed."""
-    rows = []
-    for n in sorted(d.get("nodes") or [], key=lambda n: (rd.STATUS_ORDER.get(_state(n), 5), str(n.get("name")))):
-        name, state = str(n.get("name")), _state(n)
-        cells = "".join(f"<span class='gpu {CELL_CLASS.get(ch, 'unknown')}' title='{h(name)} GPU {i}: "
-                        f"{CELL_WORD.get(ch, '?')}'>{i}</span>" for i, ch in enumerate(str(n.get("gpus") or "")))
-        cells = cells or "<span class='gpu none'>–</span>"
-        link = f"<a href='#node-{h(_anchor(name))}'>{h(name)}</a>" if n.get("status") == "ok" else h(name)
-        why = "" if n.get("status") == "ok" else h(n.get("reason") or "")
-        rows.append(f"<tr data-node='{h(name)}'><td>{link}</td><td>{tag(state, state)}</td><td>{cells}</td><td>{why}</td></tr>")
+    """Node x GPU grid: one row per node that is not healthy, one cell per GPU (worker), coloured by state,
+    culprit framed, with why; the healthy nodes folded into one row that opens to theirs."""
+    nodes = sorted(d.get("nodes") or [], key=lambda n: (rd.STATUS_ORDER.get(_state(n), 5), str(n.get("name"))))
+    healthy = [n for n in nodes if _state(n) == "healthy"]
+    rows = [_grid_row(d, n) for n in nodes if _state(n) != "healthy"]
+    if healthy:
+        names = rd.fold([str(n.get("name")) for n in healthy])
+        rows.append(f"<tr class='healthy-fold'><td colspan='4'><details><summary>{len(healthy)} healthy node"
+                    f"{'s' if len(healthy) > 1 else ''}: {h(names)}</summary><table class='grid'>"
+                    f"{''.join(_grid_row(d, n) for n in healthy)}</table></details></td></tr>")
     legend = "".join(f"<span><span class='gpu {c}'></span> {w}</span>" for c, w in
                      (("ok", "healthy"), ("blocked", "in a blocked deployment"), ("culprit", "culprit"),
                       ("degraded", "degraded"), ("unknown", "inconclusive")))
     return (f"<h2>Fleet: nodes × GPUs</h2><p class='legend'>{legend}</p>"
             f"<table class='grid'>{''.join(rows)}</table>")
+
+
+def _grid_row(d: dict[str, Any], n: dict[str, Any]) -> str:
+    name, state = str(n.get("name")), _state(n)
+    cells = "".join(f"<span class='gpu {CELL_CLASS.get(ch, 'unknown')}' title='{h(name)} GPU {i}: "
+                    f"{CELL_WORD.get(ch, '?')}'>{i}</span>" for i, ch in enumerate(str(n.get("gpus") or "")))
+    cells = cells or "<span class='gpu none'>–</span>"
+    link = f"<a href='#node-{h(_anchor(name))}'>{h(name)}</a>" if n.get("status") == "ok" else h(name)
+    return (f"<tr data-node='{h(name)}'><td>{link}</td><td>{tag(state, state)}</td><td>{cells}</td>"
+            f"<td class='why'>{h(rd.node_why(d, n))}</td></tr>")
 
 
 def _state(n: dict[str, Any]) -> str:
@@ -141,5 +158,9 @@ def node_section(node: rd.NodeData, fleet: bool, layer: str | None) -> str:
     statuses = sorted({str((dep.get("verdict") or {}).get("status")) for dep in node.deployments}) or ["no-deployment"]
     title = f"Node {h(node.name)} " + " ".join(tag(s, s) for s in statuses) if fleet else "Layers, in bisection order"
     node_layer = next((dep["verdict"].get("layer") for dep in node.deployments if (dep.get("verdict") or {}).get("layer")), None)
-    return (f"<section class='node' id='{h(anchor)}'><h2>{title}</h2>"
+    over_time = strip_and_timeline(node)
+    if over_time and not fleet:  # one node: the ranks and the passes get their own heading, above the layers
+        return (f"<section class='node' id='{h(anchor)}'><h2>Ranks and passes</h2>{over_time}<h2>{title}</h2>"
+                f"{layer_sections(node, anchor, layer)}</section>")
+    return (f"<section class='node' id='{h(anchor)}'><h2>{title}</h2>{over_time}"
             f"{layer_sections(node, anchor, node_layer if fleet else layer)}</section>")

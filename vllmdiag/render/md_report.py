@@ -95,16 +95,59 @@ def _findings(d: dict[str, Any]) -> list[str]:
 def _fleet(d: dict[str, Any]) -> list[str]:
     out = ["## Fleet: nodes x GPUs", "", "GPU cells: `.` healthy, `b` in a blocked deployment, `X` culprit, `d` degraded, "
            "`?` inconclusive.", "", "| node | state | GPUs | why |", "|---|---|---|---|"]
+    healthy: dict[str, list[str]] = {}  # one line for the healthy nodes of each GPU picture
     for n in d.get("nodes") or []:
         state = str(n.get("verdict") or "ok") if n.get("status") == "ok" else str(n.get("status"))
-        gpus = md(n.get("gpus") or "-").replace("\\|", "")
-        out.append(f"| {md(n.get('name'))} | {md(state)} | `{gpus.replace('`', '')}` | "
-                   f"{md(n.get('reason') or '') if n.get('status') != 'ok' else ''} |")
+        gpus = md(n.get("gpus") or "-").replace("\\|", "").replace("`", "")
+        if state == "healthy":
+            healthy.setdefault(gpus, []).append(str(n.get("name")))
+            continue
+        out.append(f"| {md(n.get('name'))} | {md(state)} | `{gpus}` | {md(rd.node_why(d, n))} |")
+    for gpus, names in healthy.items():
+        out.append(f"| {md(rd.fold(names))} | healthy ({len(names)} node{'s' if len(names) > 1 else ''}) | `{gpus}` | |")
     return out + [""]
 
 
 def _node(n: rd.NodeData, fleet: bool) -> list[str]:
-    out = [f"## Node {md(n.name)}" if fleet else "## Layers, in bisection order", ""]
+    over_time = [line for dep in n.deployments for line in _strip(dep) + _timeline(dep)]
+    if not fleet:
+        return (["## Ranks and passes", "", *over_time] if over_time else []) + _layers(n, ["## Layers, in bisection order", ""])
+    return _layers(n, [f"## Node {md(n.name)}", "", *over_time])
+
+
+def _strip(dep: dict[str, Any]) -> list[str]:
+    """The rank strip as one line: each rank and its stack class, the culprit in bold and said in words."""
+    cells = rd.rank_strip(dep)
+    if not cells:
+        return []
+    def cell(c: dict[str, Any]) -> str:
+        state = f" (state {md(c['state'])})" if c.get("state") in ("T", "t", "Z", "D", "X") else ""
+        return f"{md(c.get('label'))} {md(c.get('stack_class') or 'no stack')}{state}"
+    said = [f"**{cell(c)} ← culprit**" if c.get("culprit") else cell(c) for c in cells[:512]]
+    return [f"### ranks of {md(dep.get('id'))}", "", " · ".join(said), ""]
+
+
+def _timeline(dep: dict[str, Any]) -> list[str]:
+    tl = rd.timeline(dep)
+    if not tl or not tl["rows"]:
+        return []
+    passes = len(tl["passes"]) or 1
+    out = [f"### timeline of the passes of {md(dep.get('id'))}", "",
+           f"Looked at over {tl['window_s']:.2f} s ({passes} pass{'es' if passes != 1 else ''}, beginning at "
+           f"{', '.join(f'{p:.2f}' for p in tl['passes'][:20]) or '0.00'} s); times in s after the first pass began.", "",
+           "| what | looked at (s) | changed at (s) | last moved |", "|---|---|---|---|"]
+    for r in tl["rows"][:200]:
+        last = rd.last_moved(r)
+        out.append(f"| {md(r['kind'])} {md(r['name'])} | {_times(r['looks'])} | {_times(r['moved']) or '-'} | "
+                   + (f"at {last:.2f} s" if last is not None else "never") + " |")
+    return out + [""]
+
+
+def _times(ts: list[float]) -> str:
+    return ", ".join(f"{t:.2f}" for t in ts[:16]) + (f" and {len(ts) - 16} more" if len(ts) > 16 else "")
+
+
+def _layers(n: rd.NodeData, out: list[str]) -> list[str]:
     out += ["### process", ""]
     for dep in n.deployments:
         version = rd.vllm_label(dep)
@@ -140,4 +183,7 @@ def _proc_line(n: rd.NodeData, p: dict[str, Any]) -> str:
 def _ring_line(r: rd.RingView) -> str:
     cells = " | ".join(f"{md(name)} {u}/{r.max_chunks}" + (" **(waits on this reader)**" if i in r.laggards else "")
                        for i, (name, u) in enumerate(zip(r.readers, r.unread, strict=False)))
-    return f"- {md(r.role)} {md(r.name)} (writer {md(r.writer)}; {md(r.state)}): {cells}"
+    series = [max([int(u or 0) for u in s.get("unread") or [0]] or [0]) for s in r.samples if isinstance(s, dict)][:20]
+    over = (f"; unread slots of the most-behind reader (0 to {r.max_chunks}) over {len(series)} samples: "
+            f"{', '.join(map(str, series))}" if len(series) > 1 else "")
+    return f"- {md(r.role)} {md(r.name)} (writer {md(r.writer)}; {md(r.state)}): {cells}{over}"

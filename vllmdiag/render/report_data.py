@@ -77,6 +77,26 @@ def _node_rank(n: NodeData) -> int:
     return min(STATUS_ORDER.get(s, 5) for s in statuses)
 
 
+def node_status(n: NodeData) -> str:
+    """The worst status among the node's deployments (``no-deployment`` when it has none)."""
+    return min(((dep.get("verdict") or {}).get("status", "healthy") for dep in n.deployments),
+               key=lambda s: STATUS_ORDER.get(s, 5), default="no-deployment")
+
+
+def node_why(d: dict[str, Any], n: dict[str, Any]) -> str:
+    """The fleet grid's "why" for one node entry: what fleet analysis wrote (``why``); a report written
+    before it has only the reason a node did not answer, or its deployments' verdict summary."""
+    if n.get("why"):
+        return str(n["why"])
+    if n.get("status") != "ok":
+        return str(n.get("reason") or n.get("status") or "")
+    if n.get("verdict") in ("healthy", "no-deployment", None, ""):
+        return ""
+    worst = sorted((dep.get("verdict") or {} for dep in d.get("deployments") or [] if dep.get("node") == n.get("name")),
+                   key=lambda v: STATUS_ORDER.get(str(v.get("status")), 5))
+    return str(worst[0].get("summary") or "") if worst else ""
+
+
 def sorted_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(findings, key=lambda f: (SEVERITY_ORDER.get(f.get("severity", ""), 3), LAYERS.index(f["layer"])
                                            if f.get("layer") in LAYERS else 9, str(f.get("code"))))
@@ -237,6 +257,29 @@ def main_stack(dump: dict[str, Any] | None) -> list[str]:
     threads = dump.get("threads") or []
     main = next((t for t in threads if t.get("name") == "MainThread"), threads[0] if threads else None)
     return [f"{f[0]} ({f[1]}:{f[2]})" for f in (main or {}).get("frames", []) if isinstance(f, list) and len(f) >= 3]
+
+
+# ---- rank strip and timeline (analysis/reporting.py computes them) ---------------------------------
+def rank_strip(dep: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in dep.get("rank_strip") or [] if isinstance(c, dict)]
+
+
+def timeline(dep: dict[str, Any]) -> dict[str, Any] | None:
+    """The deployment's timeline with only well-formed rows (a saved report is untrusted); None when absent."""
+    tl = dep.get("timeline")
+    if not isinstance(tl, dict):
+        return None
+    def seconds(v: Any) -> list[float]:
+        return [float(t) for t in v if isinstance(t, (int, float)) and not isinstance(t, bool)] if isinstance(v, list) else []
+    rows = [{"kind": str(r.get("kind")), "name": str(r.get("name")), "looks": seconds(r.get("looks")),
+             "moved": seconds(r.get("moved"))} for r in tl.get("rows") or [] if isinstance(r, dict)]
+    window = tl.get("window_s")
+    return {"window_s": float(window) if isinstance(window, (int, float)) else 0.0, "passes": seconds(tl.get("passes")),
+            "rows": [r for r in rows if r["looks"]]}
+
+
+def last_moved(row: dict[str, Any]) -> float | None:
+    return max(row["moved"]) if row["moved"] else None
 
 
 # ---- endpoints, http, gpus -------------------------------------------------------------------------

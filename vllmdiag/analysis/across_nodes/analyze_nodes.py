@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from vllmdiag.analysis.across_nodes import dp_world_joined as dp_worlds
 from vllmdiag.analysis.across_nodes import rank_groups, ray_groups
-from vllmdiag.analysis.across_nodes.node_classes import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows
+from vllmdiag.analysis.across_nodes.node_classes import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows, node_why
 from vllmdiag.analysis.across_nodes.uniform_hang import uniform_across_nodes
 from vllmdiag.analysis.bisect import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
 from vllmdiag.analysis.contract import group_checks
@@ -65,7 +65,8 @@ def analyze_fleet(snapshots: list[Snapshot], node_status: Mapping[str, NodeOutco
     classes, index = fold_index(views)
     verdict = fleet_verdict(views, classes, index)
     entries = [NodeEntry(name=v.name, status=v.outcome.status, reason=v.outcome.reason,
-                         duration_s=round(v.outcome.duration_s, 3), verdict=v.verdict.status, gpus=v.gpus) for v in views]
+                         duration_s=round(v.outcome.duration_s, 3), verdict=v.verdict.status, gpus=v.gpus,
+                         why=node_why(v)) for v in views]
     fleet = FleetSection(classes=classes, groups=[GroupBrief(g.key, g.nodes, g.nnodes) for g in group_list],
                          grid=grid_rows(entries))
     return Report(verdict=verdict, deployments=[r for n in views for r in n.reports],

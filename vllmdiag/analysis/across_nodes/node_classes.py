@@ -157,12 +157,31 @@ def fold_index(views: list[NodeView]) -> tuple[list[NodeClass], dict[tuple[Any, 
 GRID_ORDER = ("blocked", "degraded", "unreachable", "timeout", "error", "inconclusive", "no-deployment", "healthy")
 
 
+def node_why(view: NodeView) -> str:
+    """One line on why a node is not healthy, for the grid's "why" column: how it failed to answer, else
+    its verdict's layer and first culprit (what it does), else the verdict's summary; "" when healthy."""
+    if not view.answered or view.outcome.status != "ok":
+        return view.outcome.reason or view.outcome.status
+    v = view.verdict
+    if v.status in ("healthy", "no-deployment"):
+        return ""
+    head = f"{v.layer} layer" if v.layer else v.status
+    c = v.culprits[0] if v.culprits else None
+    if c is None:
+        return f"{head}: {v.summary}"
+    who = (c.title or c.role) + (f" (pid {c.pid}" + (f", rank {c.rank})" if c.rank is not None else ")")
+                                 if c.pid is not None else f" (rank {c.rank})" if c.rank is not None else "")
+    more = f" and {len(v.culprits) - 1} more" if len(v.culprits) > 1 else ""
+    return f"{head}, {who}{more}: {c.reason}"
+
+
 def grid_rows(nodes: list[NodeEntry]) -> list[GridRow]:
-    """Nodes with the same state and the same GPU picture, folded; worst first."""
+    """Nodes with the same state and the same GPU picture, folded; worst first. An answered node's why is
+    cut to its layer and culprit (no pid, no detail: those would keep nodes with one fault apart)."""
     rows: dict[tuple[str, str, str], list[str]] = {}
     for n in nodes:
         state = n.status if n.status != "ok" else (n.verdict or "ok")
-        reason = (n.reason or "").split(":")[0] if n.status != "ok" else ""
+        reason = (n.reason or "").split(":")[0] if n.status != "ok" else n.why.split(": ")[0].split(" (pid ")[0]
         rows.setdefault((state, n.gpus or "", reason), []).append(n.name)
     out = [GridRow(nodes=fold_names(names), count=len(names), state=state, gpus=gpus, reason=reason)
            for (state, gpus, reason), names in rows.items()]

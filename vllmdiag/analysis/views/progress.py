@@ -114,6 +114,11 @@ def _window(passes: list[Snapshot]) -> float:
     return round(max(inner, last - first + max(0.0, passes[0].duration_s)), 2)
 
 
+def watched_s(passes: list[Snapshot]) -> float:
+    """How long the passes watched, as ``Progress.window_s`` counts it (the report's timeline spans this)."""
+    return _window(passes) if passes else 0.0
+
+
 def _inner_window(snap: Snapshot) -> float:
     rings = [float(r.get("window_s") or 0.0) for r in snap.data("rings").get("rings", []) or [] if isinstance(r, dict)]
     gap = float(snap.data("http").get("sample_gap_s") or 0.0)
@@ -199,6 +204,37 @@ def stack_observations(passes: list[Snapshot], dep: Deployment) -> dict[int, lis
                     site = call_site(thread_frames(threads, sc))
                     out.setdefault(int(d["pid"]), []).append((sc, stop_signature(threads, sc), site))
     return out
+
+
+def look_times(passes: list[Snapshot], dep: Deployment) -> dict[int, list[float]]:
+    """pid -> when each of ``stack_observations``' looks was taken (same loops, same order), in s since the
+    first pass began: a dump at its pass's start (the probe's own start is not recorded), a resample after_s
+    later. For the report's timeline only; no verdict reads these times."""
+    roles = {p["pid"]: role_of(p) for p in dep.processes}
+    out: dict[int, list[float]] = {}
+    for snap, start in zip(passes, pass_starts(passes), strict=True):
+        for d in snap.data("stacks").get("dumps", []) or []:
+            if not isinstance(d, dict) or roles.get(d.get("pid")) not in COMPUTE_ROLES:
+                continue
+            again = d.get("resample") or {}
+            for threads, at in ((d.get("threads"), 0.0), (again.get("threads"), _seconds(again.get("after_s")))):
+                if threads:
+                    out.setdefault(int(d["pid"]), []).append(round(start + at, 3))
+    return out
+
+
+def pass_starts(passes: list[Snapshot]) -> list[float]:
+    """When each pass began, in s since the first began (``collected_at`` is a pass's end, less its duration);
+    0.0 for a pass whose time cannot be read."""
+    def began(snap: Snapshot) -> float | None:
+        at = _at(snap)
+        return None if at is None else at - max(0.0, _seconds(snap.duration_s))
+    first = began(passes[0]) if passes else None
+    return [0.0 if first is None or (b := began(s)) is None else round(max(0.0, b - first), 3) for s in passes]
+
+
+def _seconds(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:

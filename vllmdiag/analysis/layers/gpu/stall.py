@@ -89,8 +89,31 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
     return [_with_progress(finding("gpu.stall_suspected", LAYER, "warning", snap, dep, msg,
                                    [c.pid for c in blame if c.pid], {"needs_confirm": p.window_s < HELD_S,
                                                                       "long_phases": long,
-                                                                      "shape": [f.code for f in odd_init + shapes]},
+                                                                      "shape": [f.code for f in odd_init + shapes],
+                                                                      "observed": _observed(dep, p, seen)},
                                    blame), p)]
+
+
+def _observed(dep: Deployment, p: Progress, seen: Seen) -> str:
+    """What the passes showed, as facts with no call on them: a verdict already confident on other grounds
+    (a straggler held over a stack resample) quotes this (analysis/verdict.py), not the message, whose
+    window note ("watched only 0.4 s") is this finding's own doubt and belongs where the verdict is suspected."""
+    groups: dict[str, list[str]] = {}
+    others: list[str] = []
+    for proc in sorted(dep.processes, key=lambda q: (q.get("rank") is None, q.get("rank") or 0, q["pid"])):
+        if proc["pid"] in seen:
+            label = seen[proc["pid"]][0].label
+            if proc in dep.workers:
+                groups.setdefault(label, []).append(rank_name(proc))
+            else:
+                others.append(f"{rank_name(proc)} {label}")
+    stacks = [f"{fold(names)} {label}" for label, names in groups.items()] + others
+    load = [x for x in p.in_flight if not x.startswith("in a step")]
+    counts = ((sum(s.startswith("ring ") for s in p.still), "ring"), (sum(" stayed at " in s for s in p.still), "counter"),
+              (sum(" held " in s for s in p.still), "resampled stack"))
+    watched = [f"{n} {what}{'s' if n > 1 else ''}" for n, what in counts if n]
+    still = "nothing moved" + (f" ({', '.join(watched)} watched)" if watched else "")
+    return "; ".join([*stacks[:8], *load, f"{still} in {p.window_s:.1f} s"]) + "."
 
 
 def _with_progress(f: Finding, p: Progress) -> Finding:
