@@ -12,27 +12,19 @@ import errno
 import os
 from pathlib import Path
 
-from vllmdiag.probes._procfs import readlink_checked
+from vllmdiag.probes import _procfs
+from vllmdiag.probes._procfs import DENIED, readlink_checked
+from vllmdiag.probes._procfs import ProcMiss as _Denied  # the type of DENIED (probes annotate with it)
 
 FIX = ("run as root (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH), or as the user the deployment runs as")
 _DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
 
 
-class _Denied:
-    def __repr__(self) -> str:
-        return "DENIED"
-
-
-DENIED = _Denied()
-
-
 def read_proc(path: Path, limit: int = 1 << 20) -> str | None | _Denied:
-    """The text, None when the process (or file) is gone, DENIED when we may not read it."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
-    except OSError as exc:
-        return DENIED if exc.errno in _DENIED_ERRNOS else None
+    """The text, None when the process (or file) is gone or a zombie, DENIED when we may not read it
+    (``_procfs.read_proc``: the one reader)."""
+    text = _procfs.read_proc(path, limit)
+    return text if isinstance(text, str) or text is DENIED else None
 
 
 def fd_targets(fd_dir: Path) -> list[str] | None | _Denied:

@@ -1,7 +1,10 @@
 """Small readers of /proc files shared by several probes (not a probe: leading underscore).
 
-/proc races are normal control flow: a pid or fd that vanishes between listing and reading is
-skipped (returns None), never an error (the psutil way).
+One reader, ``read_proc``, tells the three ways a read can miss apart, in psutil's vocabulary (not its
+dependency): GONE (NoSuchProcess: the pid or file vanished, a normal /proc race), DENIED (AccessDenied:
+another user's process without the capabilities: a blind spot the probe must report) and ZOMBIE
+(ZombieProcess: the pid is there but dead, its files empty). ``read_text`` is the same read for callers
+to whom every miss means "nothing here" (None); ``_access.read_proc`` the same for gone-vs-denied.
 """
 
 from __future__ import annotations
@@ -16,12 +19,50 @@ from vllmdiag.redact import REDACTED, redact_argv, redact_env
 __all__ = ["REDACTED", "redact_argv", "redact_env"]
 
 
-def read_text(path: Path, limit: int = 1 << 20) -> str | None:
+class ProcMiss:
+    """Why a /proc read returned no text: ``GONE``, ``DENIED`` or ``ZOMBIE`` (compare with ``is``)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __repr__(self) -> str:
+        return self.why.upper()
+
+
+GONE, DENIED, ZOMBIE = ProcMiss("gone"), ProcMiss("denied"), ProcMiss("zombie")
+_DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
+
+
+def read_proc(path: Path, limit: int = 1 << 20) -> str | ProcMiss:
+    """The file's text, or why there is none (GONE, DENIED, ZOMBIE). An empty per-process file (environ,
+    cmdline) of a zombie is ZOMBIE, not an empty answer."""
     try:
         with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
-    except (FileNotFoundError, ProcessLookupError, PermissionError, OSError):
-        return None
+            text = fh.read(limit).decode("utf-8", "replace")
+    except OSError as exc:
+        if exc.errno in _DENIED_ERRNOS:
+            return DENIED
+        return ZOMBIE if _zombie(path) else GONE
+    return ZOMBIE if not text and _zombie(path) else text
+
+
+def _zombie(path: Path) -> bool:
+    """Whether ``path`` lies under /proc/<pid>/ of a zombie (its stat says Z)."""
+    for parent in Path(path).parents:
+        if parent.name.isdigit():
+            try:
+                with open(parent / "stat", "rb") as fh:
+                    stat = fh.read(4096).decode("utf-8", "replace")
+            except OSError:
+                return False
+            return stat[stat.rfind(")") + 2:][:1] == "Z"
+    return False
+
+
+def read_text(path: Path, limit: int = 1 << 20) -> str | None:
+    """``read_proc`` for callers to whom gone, denied and zombie all mean "nothing here"."""
+    text = read_proc(path, limit)
+    return text if isinstance(text, str) else None
 
 
 def read_cmdline(proc_pid: Path) -> list[str] | None:
@@ -77,7 +118,6 @@ def parse_environ(raw: str, keep: tuple[str, ...]) -> dict[str, str]:
 
 # --- readlink: one place owns /proc's link quirks (psutil's _pslinux.readlink does the same) ---
 DELETED_SUFFIX = " (deleted)"
-_DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
 
 
 def readlink(path: os.PathLike[str] | str) -> str | None:

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.probe import ProbeSpec
+from vllmdiag.probe import Partial, ProbeSpec
 from vllmdiag.probes import _vllm_install
+from vllmdiag.probes._access import blind_reason
 from vllmdiag.probes._elf import ElfError, build_id_of
-from vllmdiag.probes._procfs import read_text, split_deleted
+from vllmdiag.probes._procfs import DENIED, read_proc, split_deleted
 
 SPEC = ProbeSpec(name="libs", layer="host", description="libnccl path + ELF build-id per vLLM process, package versions",
                  requires=("processes",), timeout_s=3.0)
@@ -43,15 +44,19 @@ def is_nccl(path: str) -> bool:
     return bool(_NCCL.match(os.path.basename(path)))
 
 
-def collect(ctx: Context) -> dict[str, Any]:
+def collect(ctx: Context) -> dict[str, Any] | Partial:
     procs = [p for p in ctx.data("processes").get("processes", []) if p.get("role")]
     libraries: dict[tuple[str, str | None], dict[str, Any]] = {}
     packages: dict[str, str] = {}
     per_pid: dict[str, list[str]] = {}
     installs: dict[tuple[str, str | None], dict[str, Any]] = {}
+    denied: list[int] = []
     for proc in procs:
         pid = proc["pid"]
-        files = mapped_files(read_text(ctx.proc(pid, "maps"), limit=16 << 20) or "")
+        maps = read_proc(ctx.proc(pid, "maps"), limit=16 << 20)
+        if maps is DENIED:  # "no libnccl mapped" would be a guess: say whose maps we could not read
+            denied.append(pid)
+        files = mapped_files(maps if isinstance(maps, str) else "")
         root = ctx.proc(pid, "root")
         found = _vllm_install.site_of(files, [str(a) for a in proc.get("cmdline") or []], root)
         if found:
@@ -70,8 +75,11 @@ def collect(ctx: Context) -> dict[str, Any]:
             libraries[key]["pids"].append(pid)
         for name, version in package_versions(root, files).items():
             packages.setdefault(name, version)
-    return {"nccl": list(libraries.values()), "nccl_by_pid": per_pid, "packages": packages,
+    data = {"nccl": list(libraries.values()), "nccl_by_pid": per_pid, "packages": packages,
             "vllm_installs": list(installs.values())}
+    if denied:
+        return Partial({**data, "unreadable_pids": denied}, blind_reason("/proc/<pid>/maps", denied))
+    return data
 
 
 def describe_library(root: Path, path: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
 from vllmdiag.probes import _inproc
-from vllmdiag.probes._procfs import list_pids, parse_environ, parse_stat, read_cmdline, read_text, redact_argv
+from vllmdiag.probes._procfs import DENIED, list_pids, parse_environ, parse_stat, read_cmdline, read_proc, read_text, redact_argv
 from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.titles import parse_cmdline
 
@@ -108,8 +108,11 @@ def _inprocess(ctx: Context, table: dict[int, dict[str, Any]], taken: set[int], 
             scan[{"denied": "unreadable_pids", "truncated": "truncated_pids"}.get(how, "unchecked_pids")].append(pid)
         if found is not None:
             desc = _describe(ctx, table[pid], *clock)
-            if desc is not None and not desc["environ"]:  # the watcher's cheap pass skips environ
-                desc["environ"] = parse_environ(read_text(ctx.proc(pid) / "environ") or "", ENV_KEEP)
+            if desc is not None and not desc["environ"] and "environ_unreadable" not in desc:  # cheap pass skipped it
+                environ = read_proc(ctx.proc(pid) / "environ")
+                desc["environ"] = parse_environ(environ, ENV_KEEP) if isinstance(environ, str) else {}
+                if environ is DENIED:
+                    desc["environ_unreadable"] = "denied"
             if desc is not None:
                 out.append({**desc, **found})
     return out
@@ -143,7 +146,7 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
     cheap = bool(ctx.options.get("cheap"))
     threads = [] if cheap else _threads(base / "task")
     status = None if cheap else read_text(base / "status")
-    environ = read_text(base / "environ") if not cheap or info.role in CHEAP_ENV_ROLES else None
+    environ = read_proc(base / "environ") if not cheap or info.role in CHEAP_ENV_ROLES else None
     argv = redact_argv(row["argv"])
     return {
         "pid": pid,
@@ -174,8 +177,10 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         # Pids of this process in each pid namespace, outermost first (a container's pid last):
         # NVML and a containerised vLLM name the same process differently.
         "nspid": _nspid(status),
-        "environ": parse_environ(environ, ENV_KEEP) if environ else {},
+        "environ": parse_environ(environ, ENV_KEEP) if isinstance(environ, str) else {},
         "ns": {n: _readlink(base / "ns" / n) for n in ("pid", "mnt", "net")},
+        # A denied environ is a blind spot, not an empty environment: say which (gone/zombie need no word).
+        **({"environ_unreadable": "denied"} if environ is DENIED else {}),
     }
 
 
