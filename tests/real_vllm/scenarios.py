@@ -58,8 +58,8 @@ def load(server: RealServer) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _hang(server: RealServer, which: str) -> Iterator[None]:
-    server.hang(which)
+def _hang(server: RealServer, which: str, mode: str = "") -> Iterator[None]:
+    server.hang(which, mode)
     try:
         threads = [server.send_completion_async() for _ in range(2)]
         time.sleep(SETTLE_S)
@@ -74,6 +74,17 @@ def _hang(server: RealServer, which: str) -> Iterator[None]:
 def straggler(server: RealServer) -> contextlib.AbstractContextManager[None]:
     """TP=2: rank 1 blocks in its forward; rank 0 goes on into the all-reduce and waits there."""
     return _hang(server, f"rank-{server.tp - 1}")
+
+
+def straggler_event(server: RealServer) -> contextlib.AbstractContextManager[None]:
+    """As `straggler`, but rank 1 waits in threading.Event.wait under its forward: the innermost frames are
+    a wait primitive, and the frame an operator wants named ("where") is the plugin's, under vLLM's."""
+    return _hang(server, f"rank-{server.tp - 1}", "event")
+
+
+def uniform_event(server: RealServer) -> contextlib.AbstractContextManager[None]:
+    """As `uniform` with the Event wait (at TP=1: the lone worker wedged in a wait primitive)."""
+    return _hang(server, "all", "event")
 
 
 def uniform(server: RealServer) -> contextlib.AbstractContextManager[None]:
@@ -122,7 +133,8 @@ def worker_sigkill(server: RealServer) -> Iterator[int]:
 
 
 SCENARIOS: dict[str, Callable[[RealServer], contextlib.AbstractContextManager[Any]]] = {
-    "idle": idle, "load": load, "straggler": straggler, "uniform": uniform, "worker-sigstop": worker_sigstop,
+    "idle": idle, "load": load, "straggler": straggler, "straggler-event": straggler_event, "uniform": uniform,
+    "uniform-event": uniform_event, "worker-sigstop": worker_sigstop,
     "api-sigstop": api_sigstop, "stalled-client": stalled_client, "worker-sigkill": worker_sigkill,
 }
 

@@ -257,10 +257,11 @@ class RealServer:
         return any(needle in _read(f"/proc/{p}/maps") for p in os.listdir("/proc") if p.isdigit())
 
     # ---- faults the tests inject into their own deployment -----------------------------------------
-    def hang(self, which: str) -> Path:
-        """Block `all` ranks or `rank-N` inside the model step, from the next forward on."""
+    def hang(self, which: str, mode: str = "") -> Path:
+        """Block `all` ranks or `rank-N` inside the model step, from the next forward on; mode "event"
+        waits in threading.Event.wait (a wait primitive innermost), "" in a polling sleep."""
         path = self.trigger / f"hang-{which}"
-        path.touch()
+        path.write_text(mode)
         return path
 
     def release(self) -> None:

@@ -7,8 +7,10 @@ its model step for as long as a trigger file exists in that directory:
 - ``hang-all``: every rank blocks;
 - ``hang-rank-N``: only tensor-parallel rank N blocks (the others go on into the collective and wait).
 
-The wait is a real one inside the model step (a polling sleep in ``_held_in_forward``), bounded by
-VLLMDIAG_HANG_MAX_S (default 600 s) so a test that dies never leaves a rank blocked for ever.
+The wait is a real one inside the model step, in ``_held_in_forward``: a polling sleep (py-spy's
+innermost frame is ``_held_in_forward`` itself), or, when the trigger file says ``event``, a
+``threading.Event.wait`` (a wait primitive innermost, as a real hang in a lock or a queue looks). It is
+bounded by VLLMDIAG_HANG_MAX_S (default 600 s) so a test that dies never leaves a rank blocked for ever.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -34,16 +37,29 @@ def _tp_rank() -> int:
         return 0
 
 
-def _triggered(trigger_dir: str, rank: int) -> bool:
-    return os.path.exists(os.path.join(trigger_dir, "hang-all")) or os.path.exists(
-        os.path.join(trigger_dir, f"hang-rank-{rank}"))
+def _trigger(trigger_dir: str, rank: int) -> str | None:
+    """The trigger file's content when this rank must block ("" for a plain file), else None."""
+    for name in ("hang-all", f"hang-rank-{rank}"):
+        try:
+            with open(os.path.join(trigger_dir, name)) as fh:
+                return fh.read().strip()
+        except OSError:
+            continue
+    return None
 
 
 def _held_in_forward(trigger_dir: str, rank: int) -> None:
-    """The hang: a polling wait while this rank's trigger file exists (the frame py-spy sees)."""
+    """The hang: wait while this rank's trigger file exists (the frame py-spy sees)."""
     deadline = time.monotonic() + float(os.environ.get(MAX_ENV) or 600)
-    while _triggered(trigger_dir, rank) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    never = threading.Event()
+    while time.monotonic() < deadline:
+        mode = _trigger(trigger_dir, rank)
+        if mode is None:
+            return
+        if mode == "event":
+            never.wait(0.2)
+        else:
+            time.sleep(0.05)
 
 
 def _wrap(cls: Any) -> None:
@@ -54,7 +70,7 @@ def _wrap(cls: Any) -> None:
 
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         rank = _tp_rank()
-        if _triggered(trigger_dir, rank):
+        if _trigger(trigger_dir, rank) is not None:
             _held_in_forward(trigger_dir, rank)
         return original(self, *args, **kwargs)
 
@@ -77,10 +93,10 @@ class _PatchOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return spec
 
     def create_module(self, spec: Any) -> Any:
-        return self._inner.create_module(spec)  # type: ignore[attr-defined]
+        return self._inner.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        self._inner.exec_module(module)  # type: ignore[attr-defined]
+        self._inner.exec_module(module)
         _wrap(module.LlamaForCausalLM)
 
 
