@@ -34,6 +34,7 @@ UVLOOP = "issue 23: API server stack class `unknown` with uvloop (Runner.run <- 
 VERSION = "issue 23: the vLLM version of the deployment is not reported"
 LOAD_BLIND = ("new (real server): under load on a saturated node, a timed-out /metrics sample and stacks plus "
               "drained rings that read 'still' give 'degraded, nothing moved' while tokens flowed")
+TWO_ENGINES = "issue 23: two engines under one parent (LLM() twice) read as one deployment"
 TP1_KILL = ("new (real server): TP=1 worker SIGKILLed, engine shutting down: read as handshake "
             "'EngineCore never connected' instead of the dead worker/engine at the process layer")
 
@@ -240,3 +241,15 @@ def test_live_servers_own_unbound_ipc_path_is_not_stale(name: str, tmp_path: Pat
 def test_vllm_version_of_the_real_deployment_is_reported(name: str, tmp_path: Path) -> None:
     report = analyze_files([unpacked(name, tmp_path)], pids=[root(name)]).report
     assert any(v.startswith("0.32") for v in _version_fields(report.to_dict()["deployments"]))
+
+
+@_xf(TWO_ENGINES)
+def test_two_engines_under_one_parent_are_two_deployments(tmp_path: Path) -> None:
+    name = "two-engines/snap-idle.json.gz"
+    path = unpacked(name, tmp_path)
+    report = analyze_files([path], pids=[root(name)]).report
+    assert report.verdict.status == "healthy", report.verdict.summary
+    deps = find_deployments(load_snapshots(path)[0])
+    ours = [d for d in deps if root(name) in d.pids or any(p.get("ppid") == root(name) for p in d.processes)]
+    shapes = sorted((len(d.engines), len(d.workers)) for d in ours)
+    assert shapes == [(1, 1), (1, 1)], [(d.id, [(role_of(p), p.get("title")) for p in d.processes]) for d in ours]

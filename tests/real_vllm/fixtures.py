@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from real_vllm.server import RealServer, env_missing_reason, make_root, remove_root
+from real_vllm.server import RealServer, TwoEngines, env_missing_reason, make_root, remove_root
 
 # Module-level marks for a test module of real-vLLM tests. Start-up (and the shared lock, when another
 # run holds it) counts against pytest-timeout in the first test of a class: allow for both.
@@ -23,9 +23,9 @@ REAL_VLLM_MARKS = [
 ]
 
 
-def _serve(tp: int) -> Iterator[RealServer]:
+def _serve(tp: int, two_engines: bool = False) -> Iterator[RealServer]:
     root = make_root(tp)
-    server = RealServer(tp, root)
+    server = TwoEngines(root) if two_engines else RealServer(tp, root)
     try:
         server.start()
         yield server
@@ -54,3 +54,8 @@ def real_tp1() -> Iterator[RealServer]:
 @pytest.fixture(scope="class")
 def real_tp2() -> Iterator[RealServer]:
     yield from _serve(2)
+
+
+@pytest.fixture(scope="class")
+def real_two_engines() -> Iterator[RealServer]:
+    yield from _serve(1, two_engines=True)

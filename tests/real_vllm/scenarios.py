@@ -49,6 +49,13 @@ def idle(server: RealServer) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def idle_llm(server: RealServer) -> Iterator[None]:
+    """An offline script's engines, idle after their first generate (no HTTP to send a request to)."""
+    time.sleep(2.0)
+    yield
+
+
+@contextlib.contextmanager
 def load(server: RealServer) -> Iterator[None]:
     with server.load(clients=3, seconds=180) as done:
         deadline = time.monotonic() + 60

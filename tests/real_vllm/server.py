@@ -120,11 +120,8 @@ class RealServer:
                        check=True, capture_output=True, timeout=120, env=self._env())
         self._lock = contextlib.ExitStack()
         self._lock.enter_context(real_vllm_lock())
-        cmd = [str(ENV_DIR / "bin" / "vllm"), "serve", str(self.model), "--load-format", "dummy", "--enforce-eager",
-               "--max-model-len", "256", "--dtype", "bfloat16", "--max-num-seqs", "8", "--host", "127.0.0.1",
-               "--port", str(self.port), "--tensor-parallel-size", str(self.tp)]
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=self._env(), cwd=str(self.root), start_new_session=True)
         self.sid = self.proc.pid
         try:
@@ -134,6 +131,11 @@ class RealServer:
             self.stop()
             raise
         return self
+
+    def command(self) -> list[str]:
+        return [str(ENV_DIR / "bin" / "vllm"), "serve", str(self.model), "--load-format", "dummy", "--enforce-eager",
+                "--max-model-len", "256", "--dtype", "bfloat16", "--max-num-seqs", "8", "--host", "127.0.0.1",
+                "--port", str(self.port), "--tensor-parallel-size", str(self.tp)]
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "VLLM", "CUDA"))}
@@ -335,6 +337,41 @@ class RealServer:
             yield s
         finally:
             s.close()
+
+
+class TwoEngines(RealServer):
+    """A script that starts two engines (`LLM()` twice, TP=1 each) under one parent: two `VLLM::EngineCore`
+    children of one Python, each with its own `VLLM::Worker` and rings (tests/real_vllm/two_engines.py)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(1, root)
+        self.ready = root / "ready"
+        self.stop_file = root / "stop"
+
+    def command(self) -> list[str]:
+        return [str(ENV_DIR / "bin" / "python"), str(HERE / "two_engines.py"), str(self.model), str(self.ready),
+                str(self.stop_file)]
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + 2 * HEALTH_WAIT_S
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"two_engines.py exited {self.proc.returncode}:\n{self.log_tail()}")
+            if self.ready.exists():
+                return
+            time.sleep(1.0)
+        raise RuntimeError(f"two engines not ready in {2 * HEALTH_WAIT_S:.0f} s:\n{self.log_tail()}")
+
+    def health(self, timeout: float = 3.0) -> int | None:
+        return 200 if self.ready.exists() and self.proc is not None and self.proc.poll() is None else None
+
+    def stop(self) -> list[str]:
+        self.stop_file.touch()
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=20)
+        return super().stop()
 
 
 def make_root(tp: int) -> Path:
