@@ -1,0 +1,61 @@
+"""pytest fixtures for the real-vLLM tests: one `vllm serve` per TP size per test class.
+
+Use them with class scope (one server per TP size per run: start-up is 40-70 s on an idle 2-core
+machine, minutes on a busy one) and the `real_vllm` marker; without the cached env they skip with
+the reason (`tests/real_vllm/build-env.sh` builds it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from real_vllm.server import RealServer, TwoEngines, env_missing_reason, make_root, remove_root
+
+# Module-level marks for a test module of real-vLLM tests. Start-up (and the shared lock, when another
+# run holds it) counts against pytest-timeout in the first test of a class: allow for both.
+REAL_VLLM_MARKS = [
+    pytest.mark.real_vllm,
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+    pytest.mark.skipif(env_missing_reason() is not None, reason=env_missing_reason() or ""),
+]
+
+
+def _serve(tp: int, two_engines: bool = False) -> Iterator[RealServer]:
+    root = make_root(tp)
+    server = TwoEngines(root) if two_engines else RealServer(tp, root)
+    try:
+        server.start()
+        yield server
+    finally:
+        notes = server.stop()
+        left = server.session_pids()
+        remove_root(root)
+        # A deployment of ours that outlives the test is a defect of the harness: fail loudly.
+        assert not [n for n in notes if n.startswith("left running")], notes
+        assert not [p for p in left if _alive(p)], f"processes of our vllm serve left: {left}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.fixture(scope="class")
+def real_tp1() -> Iterator[RealServer]:
+    yield from _serve(1)
+
+
+@pytest.fixture(scope="class")
+def real_tp2() -> Iterator[RealServer]:
+    yield from _serve(2)
+
+
+@pytest.fixture(scope="class")
+def real_two_engines() -> Iterator[RealServer]:
+    yield from _serve(1, two_engines=True)

