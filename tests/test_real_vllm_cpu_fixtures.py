@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.analysis.deployments import find_deployments, role_of
-from vllmdiag.analysis.queue import ring_roles
-from vllmdiag.analysis.stacks import classify_snapshot, classify_threads
+from vllmdiag.analysis.views.deployments import find_deployments, role_of
+from vllmdiag.analysis.views.ring_roles import ring_roles
+from vllmdiag.analysis.views.stack_match import classify_snapshot, classify_threads
 from vllmdiag.api import analyze_files, load_snapshots
 from vllmdiag.probes.stacks import parse_dump
 
