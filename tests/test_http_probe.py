@@ -164,5 +164,6 @@ def test_parse_metrics_sums_engines_and_ignores_other_series() -> None:
         "garbage line {\n")
     got = http.parse_metrics(text)
     assert got["waiting"] == 5.0 and got["running"] == 1.0 and got["generation_tokens"] == 1500.0
-    assert got["prompt_tokens"] != got["prompt_tokens"]  # NaN survives as a float
+    # NaN is no count: dropped and said, never a float that strict JSON refuses (issue 25 item 7)
+    assert got["prompt_tokens"] is None and got["metrics_dropped"] == ["vllm:prompt_tokens_total NaN"]
     assert http.parse_metrics("") == {"running": None, "waiting": None, "generation_tokens": None, "prompt_tokens": None}
