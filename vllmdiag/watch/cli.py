@@ -74,7 +74,7 @@ def run(cfg: Any, metrics_port: int | None, metrics_addr: str) -> int:
     exporter = None
     if metrics_port is not None:
         try:
-            exporter = Exporter(metrics_addr, metrics_port, watcher.samples)
+            exporter = Exporter(metrics_addr, metrics_port, watcher.samples, note=watcher._note)
         except OSError as exc:
             raise BadInput(f"--metrics-port {metrics_port} on {metrics_addr}: {exc.strerror or exc}") from None
         exporter.start()
