@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HELP = {
     "vllmdiag_deployment_stalled": ("gauge", "1 while the deployment is stalled with work in flight (confirmed by a triage)"),
-    "vllmdiag_deployment_state": ("gauge", "1 for the deployment's current state (idle, running, suspect, stalled)"),
+    "vllmdiag_deployment_state": ("gauge", "1 for the deployment's current state (idle, running, suspect, stalled, "
+                                  "unknown: the watcher could not read its fds, maps or rings)"),
+    "vllmdiag_deployment_blind": ("gauge", "1 while the watcher cannot see whether it moves (state unknown; the log "
+                                  "says what it could not read and the fix)"),
     "vllmdiag_seconds_since_progress": ("gauge", "seconds since it last moved while it had work (0: idle or moving)"),
     "vllmdiag_stalls_total": ("counter", "stalls confirmed and saved for this deployment"),
     "vllmdiag_last_verdict_info": ("gauge", "1, labelled with the last triage's status, layer and culprit"),

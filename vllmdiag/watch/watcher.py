@@ -67,16 +67,19 @@ class Watcher:
         snap = collect(probes=CHEAP_PROBES, options=options, budget_s=PASS_BUDGET_S, hard=stuck_probe_threads() > 0)
         now = time.monotonic()
         self._blind(snap)
-        seen = deployment_keys(snap, self.cfg.select)
+        seen, blind = watched(snap, self.cfg.select)
         within = {p.deployment_id: p for p in deployment_progress([snap])}
         across = {p.deployment_id: p for p in deployment_progress([self.prev[0], snap])} if self.prev else {}
         with self._lock:
             self.node, self.pass_s, self.passes = snap.node, now - start, self.passes + 1
-            events = self.tracker.observe(seen, within, across, now, self.prev[1] if self.prev else None)
+            events = self.tracker.observe(seen, within, across, now, self.prev[1] if self.prev else None, blind)
         self.prev = (snap, now)
         for ev in events:
             if ev.kind == "suspect":
                 self._triage(ev.tracked)
+            elif ev.kind == "unknown":
+                self._note(f"unknown {ev.tracked.deployment_id} (root pid {ev.tracked.root_pid}): cannot tell whether "
+                           f"it moves, stalls or idles: {ev.tracked.blind}")
             else:
                 self._note(f"{ev.kind} {ev.tracked.deployment_id} (root pid {ev.tracked.root_pid})")
 
@@ -84,7 +87,7 @@ class Watcher:
         """Say once (and again when it changes) that passes do not see everything: a probe that
         times out on a loaded node, or fds we may not read, must not look like a quiet node."""
         bad = "; ".join(f"{name} {res.status}: {res.reason}" for name, res in sorted(snap.probes.items())
-                        if res.status in ("error", "timeout") or (name == "processes" and res.status != "ok"))
+                        if res.status in ("error", "timeout", "partial") or (name == "processes" and res.status != "ok"))
         if bad != self._last_blind:
             self._note(f"cheap pass incomplete: {bad}" if bad else "cheap passes complete again")
             self._last_blind = bad
@@ -172,16 +175,27 @@ def stuck_probe_threads() -> int:
 
 def deployment_keys(snap: Snapshot, select: dict[str, str] | None = None) -> dict[str, tuple[str, int]]:
     """key -> (deployment id, root pid); the key adds the root's start time, so a restart is new."""
+    return watched(snap, select)[0]
+
+
+def watched(snap: Snapshot, select: dict[str, str] | None = None) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
+    """The deployments to watch (as ``deployment_keys``), and for those the pass could not see
+    move: deployment id -> what it could not read and the fix (they are ``unknown``, never idle)."""
+    from vllmdiag.analysis.coverage import progress_blind
     from vllmdiag.analysis.deployments import find_deployments
 
     out: dict[str, tuple[str, int]] = {}
+    blind: dict[str, str] = {}
     for dep in find_deployments(snap):
         root = dep.by_pid(dep.root_pid) or {}
         env = root.get("environ") or {}
         if any(env.get(k) != v for k, v in (select or {}).items()):
             continue
         out[f"{dep.id}@{root.get('start_time')}"] = (dep.id, dep.root_pid)
-    return out
+        why = progress_blind(snap, dep.pids)
+        if why:
+            blind[dep.id] = why
+    return out, blind
 
 
 def deployment_verdict(report: dict[str, Any], root_pid: int) -> dict[str, Any]:
