@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 import threading
 import time
@@ -22,6 +23,11 @@ from vllmdiag.watch.store import Saved, Store
 # No py-spy, no NVML, no ZMTP: those are for the triage a stall opens.
 CHEAP_PROBES = ["processes", "shm", "rings", "sockets", "http"]
 PASS_BUDGET_S = 4.0
+# Each pass runs in a forked child killed at its budget (vllmdiag/hardstop.py, as triage's collection):
+# a hostile /metrics or a /proc read stuck in the kernel ends that pass, never the watcher. Its
+# memory, CPU seconds and fds are bounded too (the watcher itself stays ~40 MB, 1-2 threads).
+PASS_MEMORY = 768 << 20  # address space over the watcher's own (a pass needs a few MB)
+PASS_NOFILE = 4096
 
 
 @dataclass
@@ -37,6 +43,7 @@ class WatchConfig:
     webhook: str | None = None
     webhook_timeout_s: float = 5.0
     budget_s: float = 8.0
+    pass_budget_s: float = PASS_BUDGET_S  # each cheap pass's collection (its child is killed after it)
     node: str | None = None
     # Only deployments whose root process has all these environment variables (of those the
     # processes probe keeps: VLLM_*, NCCL_*, CUDA_VISIBLE_DEVICES, ...), e.g. two on one node.
@@ -64,7 +71,8 @@ class Watcher:
 
         start = time.monotonic()
         options: dict[str, Any] = {"cheap": True, **({"node": self.cfg.node} if self.cfg.node else {})}
-        snap = collect(probes=CHEAP_PROBES, options=options, budget_s=PASS_BUDGET_S, hard=stuck_probe_threads() > 0)
+        snap = collect(probes=CHEAP_PROBES, options=options, budget_s=self.cfg.pass_budget_s, hard=True,
+                       limits=pass_limits(self.cfg.pass_budget_s))
         now = time.monotonic()
         self._blind(snap)
         seen, blind = watched(snap, self.cfg.select)
@@ -165,11 +173,25 @@ class Watcher:
                                     "pass_s": self.pass_s, "stuck": stuck_probe_threads()})
 
 
+def pass_limits(budget_s: float) -> dict[int, int]:
+    """RLIMITs of a pass's child: CPU seconds a little over its budget (SIGXCPU ends a runaway loop even
+    when the parent's kill comes later), address space PASS_MEMORY over the watcher's, fds PASS_NOFILE."""
+    import math
+    import resource
+
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            own = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        own = 1 << 30
+    return {resource.RLIMIT_CPU: math.ceil(budget_s) + 2, resource.RLIMIT_AS: own + PASS_MEMORY,
+            resource.RLIMIT_NOFILE: PASS_NOFILE}
+
+
 def stuck_probe_threads() -> int:
-    """Probe threads of earlier passes still alive: stuck in the kernel (a /proc read of a D-state
-    process). Passes run in this process (a forked child per pass would cost ~30 ms CPU more, three
-    quarters of the pass), except while one is stuck: then in a child killed at the budget, so no
-    more threads pile up behind it."""
+    """Probe threads still alive in this process: none since every pass runs in a killable child
+    (a forked child per pass costs ~30 ms CPU more, the price of a watcher no probe can take along);
+    kept as a gauge, since a stuck thread here would be a bug."""
     return sum(1 for t in threading.enumerate() if t.name.startswith("probe-") and t.is_alive())
 
 
