@@ -51,10 +51,14 @@ def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = Tru
 
 def save(result: TriageResult, directory: Path) -> list[Path]:
     """One snapshot JSON per node (safe file names) plus the node statuses, for `vllmdiag analyze DIR`."""
-    from vllmdiag.outfile import OutputError, write_output
+    import os
 
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
+    from vllmdiag.outfile import OutputError, open_dir, write_output
+
+    try:  # made as it is walked, never through another user's symlink (vllmdiag.outfile)
+        os.close(open_dir(str(directory), create=0o750))
+    except OutputError as exc:
+        raise OutputError(f"--save {directory}: {exc}") from None
     except OSError as exc:
         raise OutputError(f"--save {directory}: cannot create the directory: {exc.strerror or exc}") from None
     written: list[Path] = []

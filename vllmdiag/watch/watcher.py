@@ -147,7 +147,7 @@ class Watcher:
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self) -> int:
-        self.store.prepare()
+        self.store.prepare()  # a usage error (exit 2) before the first pass when --out is not usable
         self._note(f"watching {self.cfg.node or 'this node'} every {self.cfg.interval_s:g} s "
                    f"(confirm {self.cfg.confirm_s:g} s), saving stalls to {self.cfg.out_dir}")
         while not self.stop.is_set():
@@ -161,6 +161,7 @@ class Watcher:
                 break
             self.stop.wait(max(0.0, began + self.cfg.interval_s - time.monotonic()))
         self._note("stopped")
+        self.store.close()
         return 0
 
     # ---- the exporter's view -----------------------------------------------------------------
@@ -193,6 +194,35 @@ def stuck_probe_threads() -> int:
     (a forked child per pass costs ~30 ms CPU more, the price of a watcher no probe can take along);
     kept as a gauge, since a stuck thread here would be a bug."""
     return sum(1 for t in threading.enumerate() if t.name.startswith("probe-") and t.is_alive())
+
+
+def check_select_key(key: str) -> str | None:
+    """Why ``--select KEY=...`` could never match, or None: the processes probe keeps only some
+    environment variables (VLLM_*, NCCL_*, CUDA_VISIBLE_DEVICES, ...) and redacts secrets, so any
+    other key silently watched nothing (issue 26)."""
+    from vllmdiag.probes.processes import ENV_KEEP
+    from vllmdiag.redact import redact_env
+
+    if not key.startswith(ENV_KEEP):
+        return (f"{key} is not among the environment variables vllmdiag reads (those starting with "
+                f"{', '.join(ENV_KEEP)})")
+    if redact_env({key: "x"}).get(key) != "x":
+        return f"{key} holds a secret: its value is redacted, never compared"
+    return None
+
+
+def default_out_dir() -> Path | None:
+    """``watch --out`` when none is given: an absolute path, never one relative to where the watcher
+    was started (in a shared directory another user could plant a link there: issue 25 item 6). Root:
+    /var/lib/vllmdiag/watch (the unit's StateDirectory); others: $XDG_STATE_HOME/vllmdiag/watch, or
+    ~/.local/state/vllmdiag/watch; None when neither is known (then --out is required)."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/vllmdiag/watch")
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if state.startswith("/"):
+        return Path(state) / "vllmdiag" / "watch"
+    home = os.environ.get("HOME", "")
+    return Path(home) / ".local" / "state" / "vllmdiag" / "watch" if home.startswith("/") and home != "/" else None
 
 
 def deployment_keys(snap: Snapshot, select: dict[str, str] | None = None) -> dict[str, tuple[str, int]]:
