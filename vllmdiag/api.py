@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllmdiag.context import Context
 from vllmdiag.errors import EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_NO_DEPLOYMENT, EXIT_PROBLEM
-from vllmdiag.model import Snapshot, SnapshotError
+from vllmdiag.model import Snapshot, SnapshotError, strict_json
 from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
 
 if TYPE_CHECKING:  # the report classes load when a verdict is made, not for a collect
@@ -34,7 +34,7 @@ class TriageResult:
 
     def to_json(self) -> str:
         # Compact on purpose: the C encoder only runs without indent (a TP=8 report is ~200 KB).
-        return json.dumps(self.report.to_dict(), separators=(",", ":"), default=str)
+        return strict_json.dumps(self.report.to_dict(), separators=(",", ":"), default=str)
 
 
 def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,

@@ -25,7 +25,7 @@ from typing import Any
 from vllmdiag import __version__
 from vllmdiag.context import Context
 from vllmdiag.killtree import end_processes, kill_session, own_children
-from vllmdiag.model import ProbeResult, Snapshot, SnapshotError
+from vllmdiag.model import ProbeResult, Snapshot, SnapshotError, strict_json
 from vllmdiag.registry import Probe, discover
 from vllmdiag.registry import select as select_probes
 
@@ -102,7 +102,7 @@ def _child(wfd: int, run: Any, ctx: Context, limits: dict[int, int] | None = Non
         lock = threading.Lock()
 
         def emit(obj: dict[str, Any]) -> None:
-            data = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
+            data = (strict_json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
             with lock:
                 view = memoryview(data)
                 while view:

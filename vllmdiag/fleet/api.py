@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -14,6 +13,7 @@ from vllmdiag.api import NODES_FILE, TriageResult
 from vllmdiag.fleet.outcome import NodeOutcome
 from vllmdiag.fleet.steps import via_transport
 from vllmdiag.fleet.sweep import Progress, SweepPlan, run_sweep
+from vllmdiag.model import strict_json
 
 MIN_CONFIRM_S = 2.0
 
@@ -70,10 +70,10 @@ def save(result: TriageResult, directory: Path) -> list[Path]:
         used.add(stem)
         path = directory / f"{stem}.json"
         # Through vllmdiag.outfile: a planted symlink at <dir>/<node>.json is refused, never written through.
-        write_output(path, json.dumps(snap.to_dict(), default=str) + "\n", "--save")
+        write_output(path, strict_json.dumps(snap.to_dict(), default=str) + "\n", "--save")
         written.append(path)
     nodes = result.report.nodes or []
-    write_output(directory / NODES_FILE, json.dumps([{"name": n.name, "status": n.status, "reason": n.reason,
+    write_output(directory / NODES_FILE, strict_json.dumps([{"name": n.name, "status": n.status, "reason": n.reason,
                                                       "duration_s": n.duration_s} for n in nodes]) + "\n", "--save")
     return written
 

@@ -14,7 +14,6 @@ followed, by rotation either.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import stat
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllmdiag.model import strict_json
 from vllmdiag.outfile import OutputError, open_dir, write_at
 
 PREFIX = "vllmdiag-watch-"
@@ -111,7 +111,7 @@ class Store:
         self.prepare()
         # Through the one output writer (atomic: temp file with O_EXCL, then rename; never through a symlink).
         # Strict JSON: a NaN from a hostile /metrics must not make the contract unreadable (issue 25 item 7).
-        text = json.dumps(snapshot, separators=(",", ":"), default=str, allow_nan=False) + "\n"
+        text = strict_json.dumps(snapshot, separators=(",", ":"), default=str) + "\n"
         write_at(self._dfd, snap_path.name, text.encode(), FILE_MODE, shown=str(snap_path))
         report_path: Path | None = self.out_dir / f"{stem}{self.report_suffix}"
         error = None
