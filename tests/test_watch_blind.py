@@ -110,3 +110,28 @@ def _wait(lines: list[str], pattern: str, timeout_s: float = 60) -> str:
                 return line
         time.sleep(0.1)
     raise AssertionError(f"no line {pattern!r}:\n" + "".join(lines[-30:]))
+
+
+TREE = ('(exec -a VLLM::EngineCore bash -c "(exec -a VLLM::Worker_TP0 sleep 60) & '
+        '(exec -a VLLM::Worker_TP1 sleep 60) & wait") & wait')
+
+
+@needs_root
+def test_a_blind_gate_never_passes_the_environment_check(reliability: Any) -> None:
+    """Without the capabilities to read another user's /proc/<pid>/environ, env passed on an empty one."""
+    tree = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "bash", "-c", TREE],
+                            start_new_session=True)
+    try:
+        time.sleep(1.0)
+        out = subprocess.run([*DROP, sys.executable, "-m", "vllmdiag", "gate", "--json"], capture_output=True,
+                             text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(tree.pid, signal.SIGKILL)
+        tree.wait(timeout=10)
+    reliability.case(traceback="Traceback" in out.stderr)
+    doc = json.loads(out.stdout)
+    nodes = [doc["gate"]]
+    env = next(c for n in nodes for c in n["checks"] if c["name"] == "env")
+    assert env["status"] == "fail" and "permission denied" in env["reason"], env
+    assert out.returncode != 0

@@ -22,6 +22,12 @@ REMOVED = {"VLLM_RPC_TIMEOUT": "V0 only", "VLLM_ENGINE_ITERATION_TIMEOUT_S": "V0
 def check_env(snap: Snapshot, cfg: GateConfig) -> CheckResult:
     name = "env"
     procs = vllm_processes(snap)
+    denied = sorted(p["pid"] for p in procs if p.get("environ_denied"))
+    if denied:  # blind is never a pass (issue 25 item 3): an unread environment is not a clean one
+        shown = ", ".join(map(str, denied[:8])) + (f" (+{len(denied) - 8} more)" if len(denied) > 8 else "")
+        return result(name, "fail", f"cannot read the environment of vLLM pid(s) {shown} (permission denied): "
+                      "run the gate as root (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH) or as the user "
+                      "vLLM runs as", unreadable_pids=denied)
     if procs:
         groups = by_deployment(snap, procs)
         source = f"{len(procs)} vLLM process(es)" + (f" of {len(groups)} deployments" if len(groups) > 1 else "")

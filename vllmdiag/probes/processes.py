@@ -17,6 +17,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
 from vllmdiag.probes import _inproc
+from vllmdiag.probes._access import DENIED, read_proc
 from vllmdiag.probes._procfs import list_pids, parse_environ, parse_stat, read_cmdline, read_text, redact_argv
 from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.titles import parse_cmdline
@@ -143,7 +144,9 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
     cheap = bool(ctx.options.get("cheap"))
     threads = [] if cheap else _threads(base / "task")
     status = None if cheap else read_text(base / "status")
-    environ = read_text(base / "environ") if not cheap or info.role in CHEAP_ENV_ROLES else None
+    environ = read_proc(base / "environ") if not cheap or info.role in CHEAP_ENV_ROLES else None
+    # An environment we may not read is not an empty one: the gate's env check must not pass on it.
+    denied = environ is DENIED
     argv = redact_argv(row["argv"])
     return {
         "pid": pid,
@@ -174,7 +177,8 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         # Pids of this process in each pid namespace, outermost first (a container's pid last):
         # NVML and a containerised vLLM name the same process differently.
         "nspid": _nspid(status),
-        "environ": parse_environ(environ, ENV_KEEP) if environ else {},
+        "environ": parse_environ(environ, ENV_KEEP) if isinstance(environ, str) and environ else {},
+        **({"environ_denied": True} if denied else {}),
         "ns": {n: _readlink(base / "ns" / n) for n in ("pid", "mnt", "net")},
     }
 
