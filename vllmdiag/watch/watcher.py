@@ -16,6 +16,7 @@ from vllmdiag.model import Snapshot
 from vllmdiag.outfile import OutputError
 from vllmdiag.watch import hooks
 from vllmdiag.watch.exporter import Sample
+from vllmdiag.watch.metrics import watcher_samples  # not at the first scrape: no import in a thread at a fork
 from vllmdiag.watch.state import Tracked, Tracker
 from vllmdiag.watch.store import Saved, Store
 
@@ -166,8 +167,6 @@ class Watcher:
 
     # ---- the exporter's view -----------------------------------------------------------------
     def samples(self) -> list[Sample]:
-        from vllmdiag.watch.metrics import watcher_samples
-
         with self._lock:
             return watcher_samples(self.node, list(self.tracker.deps.values()),
                                    {"passes": self.passes, "triages": self.triages, "errors": self.errors,
