@@ -80,7 +80,7 @@ def test_slow_clients_hold_no_thread_no_fd_and_end_at_the_whole_request_deadline
         exp.close()
 
 
-def test_clients_over_the_limit_are_closed_at_once_and_a_scrape_still_answers_later() -> None:
+def test_clients_over_the_limit_are_closed_at_once_and_a_scrape_still_answers() -> None:
     exp = Exporter("127.0.0.1", 0, lambda: [("vllmdiag_watch_passes_total", {"node": "n"}, 1)])
     exp.start()
     held = []
@@ -90,6 +90,9 @@ def test_clients_over_the_limit_are_closed_at_once_and_a_scrape_still_answers_la
         time.sleep(0.5)  # the exporter accepts (and refuses) what is queued
         refused = [c for c in held if _eof(c)]
         assert len(refused) >= SLOW - 16, f"only {len(refused)} of {SLOW} refused at once"
+        # Every slot held by a client that never sends its request: a scrape (the liveness probe) still gets in.
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as resp:
+            assert 'vllmdiag_watch_passes_total{node="n"} 1' in resp.read().decode()
     finally:
         for c in held:
             c.close()

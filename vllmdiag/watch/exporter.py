@@ -70,9 +70,10 @@ class Exporter:
     http.server's ThreadingHTTPServer started a thread and held an fd per connection with no cap, and
     its timeout was per read: ~1,500 clients sending a byte a second held 1,020 threads and every fd
     the watcher had, its passes failed with EMFILE, and each reset wrote a 25-line traceback. Here one
-    thread multiplexes non-blocking sockets: at most ``max_clients`` at a time (one more is accepted
-    and closed at once), each ended ``deadline_s`` after it was accepted whatever it sends, and what
-    was dropped is one line a minute through ``note``. ``collect`` is called per scrape."""
+    thread multiplexes non-blocking sockets: at most ``max_clients`` at a time (beyond, the oldest one
+    still sending its request is closed, or the newcomer when all are being answered), each ended
+    ``deadline_s`` after it was accepted whatever it sends, and what was dropped is one line a minute
+    through ``note``. ``collect`` is called per scrape."""
 
     def __init__(self, addr: str, port: int, collect: Callable[[], list[Sample]], *,
                  note: Callable[[str], None] | None = None, max_clients: int = MAX_CLIENTS,
@@ -151,9 +152,15 @@ class Exporter:
                 time.sleep(0.1)  # the listener stays readable: do not spin on it
                 return
             if len(conns) >= self.max_clients:
-                self._count(f"over the limit of {self.max_clients} clients")
-                sock.close()
-                continue
+                # Slots full: the oldest client still sending its request makes room (a scraper sends its
+                # GET at once, a slow client never finishes), so idle holders cannot lock Prometheus and
+                # the liveness probe out; when every slot is being answered, the newcomer is closed.
+                slow = min((c for c in conns.values() if c.out is None), key=lambda c: c.deadline, default=None)
+                if slow is None:
+                    self._count(f"over the limit of {self.max_clients} clients")
+                    sock.close()
+                    continue
+                self._drop(sel, conns, slow, f"evicted to make room (limit {self.max_clients} clients)")
             sock.setblocking(False)
             c = _Conn(sock, time.monotonic() + self.deadline_s)
             conns[sock] = c
