@@ -96,10 +96,13 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     # Listeners and client connections come from the API server's fds: unreadable fds mean the
     # HTTP side was not seen, which is not "no listener" (issue 15, item 4).
     blind = sorted({p["pid"] for p in api} & set(socks.get("unreadable_pids") or []))
+    dropped = sorted({d for s in servers for m in s.get("metrics") or [] for d in m.get("metrics_dropped") or []})
+    why = [blind_reason("/proc/<pid>/fd", blind)] if blind else []
+    if dropped:  # said where a person reads it, not only in the sample (issue 25 item 7)
+        why.append("/metrics values dropped (not finite or negative): " + ", ".join(dropped[:MAX_DROPPED]))
     if blind:
         out["unreadable_pids"] = blind
-        return Partial(out, blind_reason("/proc/<pid>/fd", blind))
-    return out
+    return Partial(out, "; ".join(why)) if why else out
 
 
 def find_servers(socks: dict[str, Any], api_pids: set[int], self_net: str | None,
