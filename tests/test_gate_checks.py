@@ -160,3 +160,46 @@ def test_fleet_gate_names_the_node_with_another_nccl_build() -> None:
     failed = [c.get("name") for c in suites[2].findall("testcase") if c.find("failure") is not None]
     assert failed == ["fleet_libnccl"]
     assert fleet.to_dict()["failed_nodes"] == ["gpu02", "gpu09"]
+
+
+def test_env_of_two_healthy_deployments_may_differ_but_ranks_of_one_may_not() -> None:
+    """issue 26: two deployments differing in one VLLM_* variable failed "processes of one deployment disagree"."""
+    def tree(root: int, value: str, odd: str | None = None) -> list[dict[str, Any]]:
+        env = {"VLLM_USE_V1": "1", "VLLM_LOGGING_LEVEL": value}
+        procs = [{"pid": root, "ppid": 1, "pgid": root, "role": "api_server", "state": "S", "environ": dict(env),
+                  "start_time": 1.0, "title": "vllm serve", "cmdline": ["vllm", "serve", "m"]},
+                 {"pid": root + 1, "ppid": root, "pgid": root, "role": "engine_core", "state": "S", "environ": dict(env),
+                  "start_time": 2.0, "title": "VLLM::EngineCore"}]
+        for i in range(2):
+            procs.append({"pid": root + 2 + i, "ppid": root + 1, "pgid": root, "role": "worker", "state": "S",
+                          "environ": {**env, **({"VLLM_LOGGING_LEVEL": odd} if odd and i else {})},
+                          "start_time": 3.0, "title": f"VLLM::Worker_TP{i}", "ranks": {"tp": i}})
+        return procs
+
+    two = CHECKS["env"](snap(processes={"processes": tree(100, "INFO") + tree(200, "DEBUG")}), GateConfig())
+    assert two.status == "pass", two.reason
+    one_odd = CHECKS["env"](snap(processes={"processes": tree(100, "INFO") + tree(200, "DEBUG", odd="WARN")}),
+                            GateConfig())
+    assert one_odd.status == "fail" and ":200" in one_odd.reason and ":100" not in one_odd.reason, one_odd.reason
+
+
+def test_junit_times_are_measured_per_check() -> None:
+    """issue 26: every <testcase> said time="0", the 10 s completion check included."""
+    from vllmdiag.gate.result import NodeGateResult
+
+    s = snap(options={"gate_url": "http://127.0.0.1:1"},
+             gate_url={"url": "http://127.0.0.1:1", "model": "m",
+                       "health": {"status_code": 200, "duration_s": 0.25},
+                       "metrics": {"status_code": 200, "duration_s": 0.5, "counts": {"num_requests_running": 0.0}},
+                       "completion": {"status_code": 200, "duration_s": 9.5, "choices": 1, "deadline_s": 10.0}})
+    checks = evaluate(s, GateConfig())
+    xml = ET.fromstring(fleet_junit_nodes([NodeGateResult("n1", checks)]))
+    times = {c.get("name"): float(c.get("time") or -1) for c in xml.iter("testcase")}
+    assert times["url_completion"] >= 9.5 and times["url_health"] >= 0.25
+    assert all(t > 0 for t in times.values()), times
+
+
+def fleet_junit_nodes(nodes: list[Any]) -> str:
+    from vllmdiag.gate.junit import to_junit
+
+    return to_junit(nodes)

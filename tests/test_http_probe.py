@@ -16,6 +16,7 @@ import pytest
 
 from vllmdiag.context import Context
 from vllmdiag.model import ProbeResult
+from vllmdiag.probe import Partial
 from vllmdiag.probes import http, sockets
 
 # A stand-in for vLLM's OpenAI server: /health, /metrics, /v1/models, /v1/completions, an endless /stream.
@@ -164,5 +165,15 @@ def test_parse_metrics_sums_engines_and_ignores_other_series() -> None:
         "garbage line {\n")
     got = http.parse_metrics(text)
     assert got["waiting"] == 5.0 and got["running"] == 1.0 and got["generation_tokens"] == 1500.0
-    assert got["prompt_tokens"] != got["prompt_tokens"]  # NaN survives as a float
+    # NaN is no count: dropped and said, never a float that strict JSON refuses (issue 25 item 7)
+    assert got["prompt_tokens"] is None and got["metrics_dropped"] == ["vllm:prompt_tokens_total NaN"]
     assert http.parse_metrics("") == {"running": None, "waiting": None, "generation_tokens": None, "prompt_tokens": None}
+
+
+def test_hostile_metrics_values_are_dropped_and_said_in_the_probe_reason() -> None:
+    """issue 25 item 7: NaN and 1e400 from /metrics are dropped, and the probe's reason says so."""
+    for proc, port in start_server({"RUNNING": "NaN", "WAITING": "1e400"}):
+        res = collect_http([api_proc(proc.pid, port)])
+        assert isinstance(res, Partial) and "dropped" in res.reason and "NaN" in res.reason, res
+        m = res.data["servers"][0]["metrics"][0]
+        assert m["running"] is None and m["waiting"] is None and m["generation_tokens"] == 42.0

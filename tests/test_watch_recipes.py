@@ -20,9 +20,10 @@ CAPS = {"SYS_PTRACE", "DAC_READ_SEARCH"}
 
 
 def _load(name: str) -> dict[str, Any]:
-    docs = list(yaml.safe_load_all((RECIPES / name).read_text()))
-    assert len(docs) == 1 and isinstance(docs[0], dict)
-    return docs[0]
+    docs = [d for d in yaml.safe_load_all((RECIPES / name).read_text()) if d is not None]
+    work = [d for d in docs if isinstance(d, dict) and d.get("kind") != "NetworkPolicy"]
+    assert len(work) == 1
+    return work[0]
 
 
 def _watch_container(pod: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +53,11 @@ def _check_pod(obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     port = c["args"][c["args"].index("--metrics-port") + 1]
     assert {p["containerPort"] for p in c["ports"]} == {int(port)}
     assert tmpl["metadata"]["annotations"]["prometheus.io/port"] == port
-    assert c["args"][c["args"].index("--metrics-addr") + 1] == "0.0.0.0", "scraped from the pod IP"
+    # issue 25 item 2: the pod IP (what Prometheus and the liveness probe use), never 0.0.0.0
+    assert c["args"][c["args"].index("--metrics-addr") + 1] == "$(POD_IP)", "bound to the pod IP"
+    assert any(e["name"] == "POD_IP" and e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP" for e in c["env"])
+    limits = c["resources"]["limits"]
+    assert limits.get("memory") and limits.get("cpu"), "memory and CPU are bounded"
     grace = pod["terminationGracePeriodSeconds"]
     assert grace >= 18, "SIGTERM lets a running triage (budget 8 s + confirm 10 s) finish"
     return pod, c
@@ -82,7 +87,8 @@ def test_sidecar_shares_the_process_namespace_and_the_vllm_volumes_read_only() -
 
 def _run_one_pass(args: list[str], tmp_path: Path) -> None:
     """Run the recipe's own arguments through the real CLI for one pass (paths and port made local)."""
-    args = [a.replace("$(NODE_NAME)", "recipe-node").replace("$(POD_NAME)", "recipe-pod") for a in args]
+    args = [a.replace("$(NODE_NAME)", "recipe-node").replace("$(POD_NAME)", "recipe-pod")
+            .replace("$(POD_IP)", "127.0.0.1") for a in args]
     args[args.index("--out") + 1] = str(tmp_path / "out")
     args[args.index("--metrics-port") + 1] = "0"
     if "--metrics-addr" in args:
@@ -109,9 +115,11 @@ def test_systemd_unit_arguments_are_accepted_by_the_cli(tmp_path: Path) -> None:
     text, argv = _unit()
     assert argv[0] == "/usr/local/bin/vllmdiag" and argv[1] == "watch"
     for key in ("CapabilityBoundingSet=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH", "NoNewPrivileges=yes",
-                "ProtectSystem=strict", "ReadWritePaths=/var/lib/vllmdiag/watch", "KillSignal=SIGTERM"):
+                "ProtectSystem=strict", "ReadWritePaths=/var/lib/vllmdiag/watch", "KillSignal=SIGTERM",
+                "MemoryMax=512M", "LimitNOFILE=4096", "TasksMax=64"):
         assert key in text.splitlines(), key
     assert "PrivateTmp=yes" not in text, "the watcher must see vLLM's ipc sockets in /tmp"
+    assert "--metrics-addr" not in argv or argv[argv.index("--metrics-addr") + 1] != "0.0.0.0"
     _run_one_pass(argv[1:], tmp_path)
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllmdiag.context import Context
 from vllmdiag.errors import EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_NO_DEPLOYMENT, EXIT_PROBLEM
-from vllmdiag.model import Snapshot, SnapshotError
+from vllmdiag.model import Snapshot, SnapshotError, strict_json
 from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
 
 if TYPE_CHECKING:  # the report classes load when a verdict is made, not for a collect
@@ -34,17 +34,18 @@ class TriageResult:
 
     def to_json(self) -> str:
         # Compact on purpose: the C encoder only runs without indent (a TP=8 report is ~200 KB).
-        return json.dumps(self.report.to_dict(), separators=(",", ":"), default=str)
+        return strict_json.dumps(self.report.to_dict(), separators=(",", ":"), default=str)
 
 
 def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
             budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, hard: bool = True,
-            meanwhile: Callable[[], None] | None = None) -> Snapshot:
+            meanwhile: Callable[[], None] | None = None, limits: dict[int, int] | None = None) -> Snapshot:
     """One snapshot of this node within ``budget_s`` (which includes any --watch window).
 
     ``hard``: collect in a child process killed at the budget (vllmdiag/hardstop.py), so no probe
     can hold the caller past it; False runs in this process (the runner's watchdog only).
-    ``meanwhile``: what this process does while the child collects (hard only; see hardstop)."""
+    ``meanwhile``: what this process does while the child collects (hard only; see hardstop).
+    ``limits``: RLIMIT_* -> value for that child (hard only; see hardstop)."""
     ctx = ctx or Context()
     ctx.options.update(options or {})
     # An option named like an opt-in probe (nccl_ras, preflight, ...) turns that probe on.
@@ -52,7 +53,8 @@ def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None =
     if hard:
         from vllmdiag.hardstop import collect_bounded
 
-        return collect_bounded(ctx, probes=probes, enable=enable, budget_s=budget_s, meanwhile=meanwhile)
+        return collect_bounded(ctx, probes=probes, enable=enable, budget_s=budget_s, meanwhile=meanwhile,
+                               limits=limits)
     return collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s)
 
 

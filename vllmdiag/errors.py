@@ -1,5 +1,5 @@
 """Errors in one place: each kind of failure is one typed exception carrying its exit code, and only
-the command line (``cli._guard``, ``collect_cli.main``) turns one into a message and an exit status.
+the command line (``cli.app._guard``, ``cli.collect.main``) turns one into a message and an exit status.
 
 Libraries raise these; they never print, never exit, and never need to know about typer or click.
 """

@@ -25,7 +25,7 @@ from typing import Any
 from vllmdiag import __version__
 from vllmdiag.context import Context
 from vllmdiag.killtree import end_processes, kill_session, own_children
-from vllmdiag.model import ProbeResult, Snapshot, SnapshotError
+from vllmdiag.model import ProbeResult, Snapshot, SnapshotError, strict_json
 from vllmdiag.registry import Probe, discover
 from vllmdiag.registry import select as select_probes
 
@@ -36,10 +36,13 @@ KILLED = "collector killed at the budget ({:.1f} s): a probe held it past every 
 
 def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: set[str] | None = None,
                     budget_s: float, registry: dict[str, Probe] | None = None, grace_s: float = GRACE_S,
-                    meanwhile: Callable[[], None] | None = None) -> Snapshot:
+                    meanwhile: Callable[[], None] | None = None, limits: dict[int, int] | None = None) -> Snapshot:
     """``meanwhile`` runs in a thread of this (parent) process while the child collects: the parent
     only waits on a pipe then, so what comes next (imports, rules) costs no wall time. It is started
-    after the fork (a thread inside an import at fork time would leave the child's import lock held)."""
+    after the fork (a thread inside an import at fork time would leave the child's import lock held).
+    ``limits``: RLIMIT_* -> value set in the child before it collects (never raised above what it
+    has): the resident watcher bounds each pass's memory, CPU seconds and fds this way, so a hostile
+    answer that makes a probe run away ends that pass, never the watcher (issue 25 item 4)."""
     from vllmdiag.runner import collect_snapshot
 
     names: list[str] | None = None
@@ -54,7 +57,7 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
     if pid == 0:  # the child: never returns
         os.close(rfd)
         _child(wfd, lambda: collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s, registry=registry),
-               ctx)
+               ctx, limits)
     os.close(wfd)
     helper = _start(meanwhile)
     killed = False
@@ -90,14 +93,16 @@ def _start(meanwhile: Callable[[], None] | None) -> threading.Thread | None:
     return helper
 
 
-def _child(wfd: int, run: Any, ctx: Context) -> None:
+def _child(wfd: int, run: Any, ctx: Context, limits: dict[int, int] | None = None) -> None:
     code = 0
     try:
         os.setsid()  # our session: the parent finds every process we start by its session id
+        for which, value in (limits or {}).items():
+            _lower_limit(which, value)
         lock = threading.Lock()
 
         def emit(obj: dict[str, Any]) -> None:
-            data = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
+            data = (strict_json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
             with lock:
                 view = memoryview(data)
                 while view:
@@ -122,6 +127,15 @@ def _child(wfd: int, run: Any, ctx: Context) -> None:
             pass
     finally:
         os._exit(code)
+
+
+def _lower_limit(which: int, value: int) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(which)
+    new = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    if soft == resource.RLIM_INFINITY or new < soft:
+        resource.setrlimit(which, (new, new))
 
 
 def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:

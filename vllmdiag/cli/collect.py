@@ -7,12 +7,12 @@ Python), so it must not import typer or rich, and it imports nothing it does not
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from vllmdiag import __version__
 from vllmdiag.cli.options import COLLECT, add_to_parser
 from vllmdiag.errors import EXIT_USAGE, VllmdiagError
+from vllmdiag.model import strict_json
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {exc}\n")
         return exc.exit_code
-    text = json.dumps(snap.to_dict(), default=str)
+    text = strict_json.dumps(snap.to_dict(), default=str)
     if args.json_out or not args.out:
         sys.stdout.write(text + "\n")
     if args.out:

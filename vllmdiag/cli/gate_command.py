@@ -6,12 +6,12 @@ Exit codes: 0 every required check passed (warnings and skips allowed), 1 a requ
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 from vllmdiag.cli.shared import opt as _opt
+from vllmdiag.model import strict_json
 
 
 def register(app: Any) -> None:
@@ -42,7 +42,7 @@ def gate_command(
         payload = {"schema_version": 1, "config": {"source": cfg.source, "tp": cfg.tp},
                    "gate": node.to_dict(with_snapshot=False),
                    "snapshot": node.snapshot.to_dict() if node.snapshot else None}
-        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+        sys.stdout.write(strict_json.dumps(payload, indent=2, default=str) + "\n")
     else:
         from vllmdiag.render.gate_view import render_node
 

@@ -36,12 +36,13 @@ def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None
 
     errors: list[OutputError] = []
     if save is not None:
-        import json
+
+        from vllmdiag.model import strict_json
 
         snaps = result.report.snapshots
         payload = snaps[0].to_dict() if len(snaps) == 1 else {"snapshots": [s.to_dict() for s in snaps]}
         try:
-            write_output(save, json.dumps(payload, default=str) + "\n", "--save")
+            write_output(save, strict_json.dumps(payload, default=str) + "\n", "--save")
         except OutputError as exc:
             errors.append(exc)
     if report_file is not None:

@@ -124,8 +124,8 @@ def _process_start() -> float:
 
 
 def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool) -> int:
-    import json
 
+    from vllmdiag.model import strict_json
     from vllmdiag.render.gate_view import render_gate
     from vllmdiag.sweep.gate_nodes import gate_payload, sweep_gate
 
@@ -134,7 +134,7 @@ def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, js
     else:
         result, outcomes = _with_progress(plan, lambda p, progress: sweep_gate(p, config, tp, progress))
     if json_out:
-        sys.stdout.write(json.dumps(gate_payload(result, outcomes), indent=2, default=str) + "\n")
+        sys.stdout.write(strict_json.dumps(gate_payload(result, outcomes), indent=2, default=str) + "\n")
     else:
         render_gate(result)
     if junit is not None:  # after the results: a file error (exit 2) never loses them (issue 15, item 3)

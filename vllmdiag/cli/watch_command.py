@@ -19,7 +19,8 @@ def register(app: Any) -> None:
 
 
 def watch_command(
-    out: Annotated[Path, _opt("--out", help="directory for the snapshots and reports of stalls")] = Path("vllmdiag-watch"),
+    out: Annotated[Path | None, _opt("--out", help="directory for the snapshots and reports of stalls "
+                                     "(default: /var/lib/vllmdiag/watch as root, else $XDG_STATE_HOME/vllmdiag/watch)")] = None,
     interval: Annotated[float, _opt("--interval", help="seconds between cheap passes")] = 5.0,
     confirm: Annotated[float, _opt("--confirm", help="seconds the triage watches a suspected stall (0: off)")] = 10.0,
     keep: Annotated[int, _opt("--keep", help="keep at most this many stalls in --out (oldest removed)")] = 50,
@@ -38,7 +39,11 @@ def watch_command(
 ) -> int:
     """Watch this node: cheap signals every --interval; on a stall, one full triage saved to --out."""
     from vllmdiag.watch import hooks
-    from vllmdiag.watch.watcher import WatchConfig
+    from vllmdiag.watch.watcher import WatchConfig, default_out_dir
+
+    out = out if out is not None else default_out_dir()
+    if out is None:
+        raise BadInput("--out DIR is required (no HOME or XDG_STATE_HOME to put the default under)")
 
     if not 0.2 <= interval <= 3600:
         raise BadInput("--interval must be between 0.2 and 3600 seconds")
@@ -71,10 +76,11 @@ def run(cfg: Any, metrics_port: int | None, metrics_addr: str) -> int:
 
     stop = threading.Event()
     watcher = Watcher(cfg, stop)
+    watcher.store.prepare()  # --out /dev/null, /sys, another user's link or 0777 directory: one line, exit 2
     exporter = None
     if metrics_port is not None:
         try:
-            exporter = Exporter(metrics_addr, metrics_port, watcher.samples)
+            exporter = Exporter(metrics_addr, metrics_port, watcher.samples, note=watcher._note)
         except OSError as exc:
             raise BadInput(f"--metrics-port {metrics_port} on {metrics_addr}: {exc.strerror or exc}") from None
         exporter.start()
@@ -107,6 +113,11 @@ def parse_select(items: list[str]) -> dict[str, str]:
         key, eq, value = item.partition("=")
         if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
             raise BadInput(f"--select {item!r}: use NAME=VALUE (an environment variable of the deployment)")
+        from vllmdiag.watch.watcher import check_select_key
+
+        why = check_select_key(key)
+        if why:
+            raise BadInput(f"--select {item[:200]!r}: {why}; it would watch nothing")
         out[key] = value
     return out
 

@@ -7,6 +7,7 @@ own modules.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from vllmdiag.gate.checks_env import check_env, check_rpc_base
@@ -116,6 +117,15 @@ CHECKS: dict[str, Check] = {
 URL_CHECKS = ("url_health", "url_metrics", "url_completion")
 
 
+def check_time(res: CheckResult, evaluated_s: float) -> float:
+    """JUnit's time of a check (issue 26: every one said 0): what it waited for, the request a URL check
+    made (its measured ``duration_s``), plus its own evaluation."""
+    waited = res.numbers.get("duration_s")
+    if not isinstance(waited, (int, float)) or isinstance(waited, bool) or not 0 <= waited < 1e6:
+        waited = 0.0
+    return round(float(waited) + evaluated_s, 6)
+
+
 def evaluate(snap: Snapshot, cfg: GateConfig) -> list[CheckResult]:
     """Every enabled check over one snapshot; URL checks only when the snapshot holds a --url run."""
     with_url = bool(snap.options.get("gate_url"))
@@ -123,11 +133,13 @@ def evaluate(snap: Snapshot, cfg: GateConfig) -> list[CheckResult]:
     for name, fn in CHECKS.items():
         if name in cfg.skip or (name in URL_CHECKS and not with_url):
             continue
+        began = time.perf_counter()
         try:
             res = fn(snap, cfg)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             # Snapshots can come from other nodes and versions: malformed data is this check's skip.
             res = result(name, "skip", f"snapshot data malformed for this check ({type(exc).__name__}: {exc})")
         res.required = cfg.required(name)
+        res.duration_s = check_time(res, time.perf_counter() - began)
         out.append(res)
     return out

@@ -22,26 +22,65 @@ REMOVED = {"VLLM_RPC_TIMEOUT": "V0 only", "VLLM_ENGINE_ITERATION_TIMEOUT_S": "V0
 def check_env(snap: Snapshot, cfg: GateConfig) -> CheckResult:
     name = "env"
     procs = vllm_processes(snap)
+    denied = sorted(p["pid"] for p in procs if p.get("environ_unreadable") == "denied")
+    if denied:  # blind is never a pass (issue 25 item 3): an unread environment is not a clean one
+        shown = ", ".join(map(str, denied[:8])) + (f" (+{len(denied) - 8} more)" if len(denied) > 8 else "")
+        return result(name, "fail", f"cannot read the environment of vLLM pid(s) {shown} (permission denied): "
+                      "run the gate as root (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH) or as the user "
+                      "vLLM runs as", unreadable_pids=denied)
     if procs:
-        envs = {p["pid"]: dict(p.get("environ") or {}) for p in procs}
-        source = f"{len(procs)} vLLM process(es)"
+        groups = by_deployment(snap, procs)
+        source = f"{len(procs)} vLLM process(es)" + (f" of {len(groups)} deployments" if len(groups) > 1 else "")
     else:
         problem = probe_problem(snap, "preflight")
         if problem:
             return result(name, "skip", problem)
-        envs = {0: dict(snap.data("preflight").get("env") or {})}
+        groups = {"": {0: dict(snap.data("preflight").get("env") or {})}}
         source = "the gate's environment"
-    bad, odd = env_hazards(next(iter(envs.values())), cfg.tp, _cmdlines(procs))
-    differ = inconsistent(envs)
-    if differ:
-        bad.append("processes of one deployment disagree on " + ", ".join(f"{k} ({v})" for k, v in differ.items()))
-    numbers = {"source": source, "tp": cfg.tp, "inconsistent": differ,
-               "env": {k: v for k, v in next(iter(envs.values())).items() if k.startswith(("NCCL_", "CUDA_", "VLLM_"))}}
+    bad: list[str] = []
+    odd: list[str] = []
+    differ_all: dict[str, dict[str, str]] = {}
+    for dep_id, envs in groups.items():
+        dep_procs = [p for p in procs if p["pid"] in envs]
+        b, o = env_hazards(next(iter(envs.values())), cfg.tp, _cmdlines(dep_procs))
+        where = f"{dep_id}: " if len(groups) > 1 else ""
+        bad += [where + x for x in b if where + x not in bad]
+        odd += [where + x for x in o if where + x not in odd]
+        # Ranks of ONE deployment must agree; two deployments may differ (issue 26: they failed as one).
+        differ = inconsistent(envs)
+        if differ:
+            differ_all[dep_id or "node"] = differ
+            bad.append(f"processes of deployment {dep_id or 'here'} disagree on "
+                       + ", ".join(f"{k} ({v})" for k, v in differ.items()))
+    first = next(iter(next(iter(groups.values())).values()))
+    numbers = {"source": source, "tp": cfg.tp,
+               "inconsistent": next(iter(differ_all.values())) if len(differ_all) == 1 and len(groups) == 1
+               else differ_all,
+               "env": {k: v for k, v in first.items() if k.startswith(("NCCL_", "CUDA_", "VLLM_"))}}
     if bad:
         return result(name, "fail", "; ".join(bad + odd), **numbers)
     if odd:
         return result(name, "warn", "; ".join(odd), **numbers)
     return result(name, "pass", f"no known-hazardous NCCL/vLLM settings in {source}", **numbers)
+
+
+def by_deployment(snap: Snapshot, procs: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, str]]]:
+    """deployment id -> pid -> environ, for these processes; those in no deployment are one group."""
+    from vllmdiag.analysis.views.deployments import find_deployments
+
+    wanted = {p["pid"]: dict(p.get("environ") or {}) for p in procs}
+    out: dict[str, dict[int, dict[str, str]]] = {}
+    try:
+        deps = find_deployments(snap)
+    except (TypeError, ValueError, KeyError):  # a process tree it cannot group: all as one, as before
+        deps = []
+    for dep in deps:
+        envs = {pid: wanted.pop(pid) for pid in sorted(dep.pids) if pid in wanted}
+        if envs:
+            out[dep.id] = envs
+    if wanted:
+        out[snap.node or "node"] = wanted
+    return out
 
 
 def env_hazards(env: dict[str, str], tp: int, cmdlines: list[str]) -> tuple[list[str], list[str]]:

@@ -75,8 +75,10 @@ def check_url_metrics(snap: Snapshot, cfg: GateConfig) -> CheckResult:
         return result(name, "fail", f"/metrics: {m.get('error') or m.get('status_code')}", **numbers)
     if not counts:
         return result(name, "warn", "/metrics answered without vllm:num_requests_* (not a vLLM server?)", **numbers)
+    dropped = m.get("dropped") or []
+    note = f" (dropped, not finite or negative: {', '.join(map(str, dropped))})" if dropped else ""
     return result(name, "pass", f"/metrics: running {counts.get('num_requests_running', 0):g}, "
-                  f"waiting {counts.get('num_requests_waiting', 0):g}", **numbers)
+                  f"waiting {counts.get('num_requests_waiting', 0):g}{note}", **numbers)
 
 
 def check_url_completion(snap: Snapshot, cfg: GateConfig) -> CheckResult:

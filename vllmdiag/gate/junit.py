@@ -30,7 +30,8 @@ def to_junit(nodes: list[NodeGateResult], name: str = "vllmdiag gate") -> str:
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="gate_status", value="pass" if node.passed else "fail")
         for check in node.checks:
-            case = ET.SubElement(suite, "testcase", name=check.name, classname=f"vllmdiag.gate.{node.node}", time="0")
+            case = ET.SubElement(suite, "testcase", name=check.name, classname=f"vllmdiag.gate.{node.node}",
+                                 time=f"{check.duration_s:.6f}")
             cprops = ET.SubElement(case, "properties")
             ET.SubElement(cprops, "property", name="status", value=check.status)
             ET.SubElement(cprops, "property", name="required", value=str(check.required).lower())

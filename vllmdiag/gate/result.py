@@ -20,7 +20,7 @@ class CheckResult:
     reason: str
     numbers: dict[str, Any] = field(default_factory=dict)
     required: bool = True
-
+    duration_s: float = 0.0  # measured: the request it made (URL checks) plus its evaluation
     @property
     def blocks(self) -> bool:
         return self.required and self.status == "fail"
@@ -74,7 +74,9 @@ class FleetGateResult:
 
     @property
     def passed(self) -> bool:
-        return all(n.passed for n in self.nodes.values()) and not any(c.blocks for c in self.fleet_checks)
+        # A gate over zero nodes checked nothing: it never passes (issue 25 item 5).
+        return bool(self.nodes) and all(n.passed for n in self.nodes.values()) \
+            and not any(c.blocks for c in self.fleet_checks)
 
     @property
     def exit_code(self) -> int:

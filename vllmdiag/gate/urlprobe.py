@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import re
 import time
 from typing import Any
@@ -35,6 +36,8 @@ def collect(ctx: Context) -> dict[str, Any]:
     health = call(url, "GET", "/health", None, short)
     metrics = call(url, "GET", "/metrics", None, short)
     metrics["counts"] = parse_metrics(metrics.pop("body", ""))
+    if "dropped" in metrics["counts"]:  # kept beside the numbers, which stay numbers
+        metrics["dropped"] = metrics["counts"].pop("dropped")
     model = ctx.options.get("gate_model")
     models: dict[str, Any] = {}
     if not model:
@@ -95,13 +98,24 @@ def _remaining(conn: http.client.HTTPConnection, deadline: float) -> None:
         conn.sock.settimeout(left)
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    counts: dict[str, float] = {}
-    for name, value in _METRIC.findall(text or ""):
+def parse_metrics(text: str) -> dict[str, Any]:
+    """Request gauges summed over engines; a value that is not finite or is negative (an untrusted
+    body's ``NaN``, ``1e400``, ``-1``) is dropped and named under ``dropped``."""
+    counts: dict[str, Any] = {}
+    dropped: list[str] = []
+    for name, raw in _METRIC.findall(text or ""):
+        key = name.removeprefix("vllm:")
         try:
-            counts[name.removeprefix("vllm:")] = counts.get(name.removeprefix("vllm:"), 0.0) + float(value)
+            value = float(raw)
         except ValueError:
             continue
+        total = counts.get(key, 0.0) + value
+        if not (math.isfinite(value) and value >= 0 and math.isfinite(total)):
+            dropped.append(f"{name} {raw[:24]}")
+            continue
+        counts[key] = total
+    if dropped:
+        counts["dropped"] = dropped[:5]
     return counts
 
 

@@ -9,11 +9,16 @@ chunk or the server's close (we send ``Connection: close``) and at most ``max_bo
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from typing import Any
 
 MAX_HEAD = 64 << 10
+MAX_CHUNK_LINE = 1024  # a chunk size with its extensions; h11/uvicorn write "1f4\r\n"
+_STATUS = re.compile(r"[0-9]{3}")
+_LENGTH = re.compile(r"[0-9]{1,19}")
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class BadResponse(Exception):
@@ -50,11 +55,10 @@ def _response(sock: socket.socket, deadline: float, max_body: int) -> tuple[int,
         buf += chunk
     head, _, rest = buf.partition(b"\r\n\r\n")
     status, headers = _head(head)
-    length = headers.get("content-length", "")
-    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-    want = int(length) if length.isdigit() and not chunked else None
+    body = Body(headers, max_body)
+    body.feed(rest)
     cut = False
-    while len(rest) < max_body + 2 and not _complete(rest, want, chunked):
+    while not body.done:
         try:
             chunk = _recv(sock, deadline)
         except TimeoutError:
@@ -62,15 +66,15 @@ def _response(sock: socket.socket, deadline: float, max_body: int) -> tuple[int,
             break
         if not chunk:
             break
-        rest += chunk
-    data = _chunks(rest)[0] if chunked else rest[:want] if want is not None else rest
-    return status, data[:max_body], cut
+        body.feed(chunk)
+    return status, body.data(), cut
 
 
 def _head(head: bytes) -> tuple[int, dict[str, str]]:
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not (parts[1].isdigit() and len(parts[1]) == 3):
+    # ASCII digits only: str.isdigit() also takes "²" (latin-1 0xB2), which int() then refuses.
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not _STATUS.fullmatch(parts[1]):
         raise BadResponse(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
     headers = {}
     for line in lines[1:]:
@@ -80,32 +84,84 @@ def _head(head: bytes) -> tuple[int, dict[str, str]]:
     return int(parts[1]), headers
 
 
-def _complete(rest: bytes, want: int | None, chunked: bool) -> bool:
-    if chunked:
-        return _chunks(rest)[1]
-    return want is not None and len(rest) >= want
+class Body:
+    """A response body decoded as it arrives, forward only and bounded.
 
+    Every byte is looked at once (the chunked state is kept between reads, never re-parsed from the
+    start), no framing field can move the position back (a chunk size is 1-16 hex digits: ``int(x, 16)``
+    alone takes a sign, and ``-64`` once walked the old parser backwards forever), and the decoded body
+    never exceeds ``max_body``: a larger one is a BadResponse, not a silently shorter body."""
 
-def _chunks(raw: bytes) -> tuple[bytes, bool]:
-    """The chunked body decoded so far, and whether its last (zero) chunk has arrived."""
-    out: list[bytes] = []
-    i = 0
-    while True:
-        end = raw.find(b"\r\n", i)
-        if end < 0:
-            return b"".join(out), False
-        size_text = raw[i:end].split(b";", 1)[0].strip()
-        try:
+    def __init__(self, headers: dict[str, str], max_body: int) -> None:
+        self.max_body = max_body
+        self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        self.want: int | None = None
+        if not self.chunked and length is not None:
+            if not _LENGTH.fullmatch(length):
+                raise BadResponse(f"bad Content-Length {length[:20]!r}")
+            self.want = int(length)
+            if self.want > max_body:
+                raise BadResponse(f"body of {self.want} bytes over the {max_body}-byte limit")
+        self.out = bytearray()
+        self.done = self.want == 0
+        self._raw = bytearray()  # chunked: bytes not yet decoded (at most one size line, 1 KiB)
+        self._left = 0  # chunked: data bytes of the current chunk still to come
+        self._crlf = False  # chunked: the CRLF after a chunk's data is due
+
+    def data(self) -> bytes:
+        return bytes(self.out)
+
+    def feed(self, data: bytes) -> None:
+        if self.done or not data:
+            return
+        if self.chunked:
+            self._raw += data
+            self._dechunk()
+            return
+        if self.want is not None:
+            data = data[:self.want - len(self.out)]
+        if len(self.out) + len(data) > self.max_body:
+            raise BadResponse(f"body over the {self.max_body}-byte limit")
+        self.out += data
+        self.done = self.want is not None and len(self.out) >= self.want
+
+    def _dechunk(self) -> None:
+        raw, pos = self._raw, 0
+        while not self.done:
+            if self._left:
+                take = raw[pos:pos + self._left]
+                if not take:
+                    break
+                self.out += take
+                pos += len(take)
+                self._left -= len(take)
+                continue
+            if self._crlf:
+                if len(raw) - pos < 2:
+                    break
+                if raw[pos:pos + 2] != b"\r\n":
+                    raise BadResponse("chunk data not followed by CRLF")
+                pos += 2
+                self._crlf = False
+                continue
+            end = raw.find(b"\r\n", pos, pos + MAX_CHUNK_LINE + 2)
+            if end < 0:
+                if len(raw) - pos > MAX_CHUNK_LINE:
+                    raise BadResponse(f"chunk size line over {MAX_CHUNK_LINE} bytes")
+                break
+            size_text = bytes(raw[pos:end]).split(b";", 1)[0].strip(b" \t")
+            pos = end + 2
+            if not _HEX.fullmatch(size_text):
+                raise BadResponse(f"bad chunk size {size_text[:20]!r}")
             size = int(size_text, 16)
-        except ValueError:
-            raise BadResponse(f"bad chunk size {size_text[:20]!r}") from None
-        if size == 0:
-            return b"".join(out), True
-        if end + 2 + size > len(raw):
-            out.append(raw[end + 2:])
-            return b"".join(out), False
-        out.append(raw[end + 2:end + 2 + size])
-        i = end + 2 + size + 2
+            if size == 0:
+                self.done = True  # trailers, if any, are not read: the connection closes with us
+                break
+            if len(self.out) + size > self.max_body:
+                raise BadResponse(f"chunked body over the {self.max_body}-byte limit")
+            self._left, self._crlf = size, True
+        del raw[:pos]
 
 
 def _recv(sock: socket.socket, deadline: float) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -41,6 +42,7 @@ NET_TABLES = {"tcp": 9, "tcp6": 9, "udp": 9, "udp6": 9, "raw": 9, "raw6": 9, "ud
 MIN_GAP_S = 0.1  # Send-Q and token counters; taken when the slow probes are back, so usually longer; --watch stretches it
 RESERVE_S = 1.5  # kept for the second sample after waiting for the other probes
 MAX_BODY = 8 << 20
+MAX_DROPPED = 5  # /metrics values refused (not finite, negative) named in the sample
 _NAME = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{)?")
 
 
@@ -94,10 +96,13 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     # Listeners and client connections come from the API server's fds: unreadable fds mean the
     # HTTP side was not seen, which is not "no listener" (issue 15, item 4).
     blind = sorted({p["pid"] for p in api} & set(socks.get("unreadable_pids") or []))
+    dropped = sorted({d for s in servers for m in s.get("metrics") or [] for d in m.get("metrics_dropped") or []})
+    why = [blind_reason("/proc/<pid>/fd", blind)] if blind else []
+    if dropped:  # said where a person reads it, not only in the sample (issue 25 item 7)
+        why.append("/metrics values dropped (not finite or negative): " + ", ".join(dropped[:MAX_DROPPED]))
     if blind:
         out["unreadable_pids"] = blind
-        return Partial(out, blind_reason("/proc/<pid>/fd", blind))
-    return out
+    return Partial(out, "; ".join(why)) if why else out
 
 
 def find_servers(socks: dict[str, Any], api_pids: set[int], self_net: str | None,
@@ -277,9 +282,15 @@ def get(host: str, port: int, path: str, timeout_s: float, *, keep_body: bool = 
     return out
 
 
-def parse_metrics(text: str) -> dict[str, float | None]:
-    """Sums of the vLLM series we use over all label sets (one per engine with DP), Prometheus text."""
-    sums: dict[str, float | None] = dict.fromkeys(METRICS.values())
+def parse_metrics(text: str) -> dict[str, Any]:
+    """Sums of the vLLM series we use over all label sets (one per engine with DP), Prometheus text.
+
+    The body is untrusted: every series we keep is a count (a counter or a gauge of requests), so a
+    value that is not finite or is negative (``NaN``, ``1e400``, ``-5``), or a sum that overflows, is
+    dropped, and ``metrics_dropped`` says which (at most MAX_DROPPED, then how many more): such a
+    value must neither reach the report's strict JSON nor read as progress."""
+    sums: dict[str, Any] = dict.fromkeys(METRICS.values())
+    dropped: list[str] = []
     for line in text.splitlines():
         m = _NAME.match(line)
         key = (METRICS.get(m.group(1)) or OPTIONAL.get(m.group(1))) if m else None
@@ -289,10 +300,18 @@ def parse_metrics(text: str) -> dict[str, float | None]:
             continue
         pos = _close_brace(line, m.end() - 1) + 1 if m.group(2) else m.end()
         try:
-            value = float(line[pos:].split()[0])
+            raw = line[pos:].split()[0]
+            value = float(raw)
         except (ValueError, IndexError):
             continue
-        sums[key] = (sums.get(key) or 0.0) + value
+        total = (sums.get(key) or 0.0) + value
+        if not (math.isfinite(value) and value >= 0 and math.isfinite(total)):
+            dropped.append(f"{m.group(1)} {raw[:24]}")
+            continue
+        sums[key] = total
+    if dropped:
+        more = len(dropped) - MAX_DROPPED
+        sums["metrics_dropped"] = dropped[:MAX_DROPPED] + ([f"... and {more} more"] if more > 0 else [])
     return sums
 
 

@@ -177,7 +177,7 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         # Pids of this process in each pid namespace, outermost first (a container's pid last):
         # NVML and a containerised vLLM name the same process differently.
         "nspid": _nspid(status),
-        "environ": parse_environ(environ, ENV_KEEP) if isinstance(environ, str) else {},
+        "environ": parse_environ(environ, ENV_KEEP) if isinstance(environ, str) and environ else {},
         "ns": {n: _readlink(base / "ns" / n) for n in ("pid", "mnt", "net")},
         # A denied environ is a blind spot, not an empty environment: say which (gone/zombie need no word).
         **({"environ_unreadable": "denied"} if environ is DENIED else {}),

@@ -56,6 +56,8 @@ def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: 
             _in_time(deadline)
     names = _expand(sets, inventory, deadline) if sets else []
     if not plain:
+        if not names:  # a gate over nothing must never pass (issue 25 item 5)
+            raise BadInput(f"node set {','.join(sets)[:200]!r} names no nodes")
         return names
     merged = dict.fromkeys(names)
     merged.update(plain)
@@ -71,6 +73,7 @@ def _expand(texts: list[str], inventory: Inventory | None, deadline: float | Non
     resolver = GroupResolver(GroupSource("inventory", groups=dict(inventory.groups) if inventory else {}))
     total = NodeSet(resolver=resolver)
     for text in texts:
+        _check_groups(text, inventory)
         if estimate_size(text) > MAX_NODES:  # ClusterShell expands ranges into sets: check before parsing
             raise BadInput(f"node set too large: more than {MAX_NODES} nodes")
         try:
@@ -82,6 +85,24 @@ def _expand(texts: list[str], inventory: Inventory | None, deadline: float | Non
         if deadline is not None:
             _in_time(deadline)
     return [check_name(n) for n in total]
+
+
+_GROUP = re.compile(r"@(?:[A-Za-z0-9_.+-]*:)?([A-Za-z0-9_.+*-]+)")
+
+
+def _check_groups(text: str, inventory: Inventory | None) -> None:
+    """``@name`` must be a group of the inventory that names nodes: ClusterShell expands an unknown or
+    empty group to nothing, and ``sweep @typo --gate`` then passed over zero nodes (issue 25 item 5)."""
+    for name in _GROUP.findall(text):
+        if name == "*" and inventory is not None and inventory.groups:
+            continue  # ClusterShell's every group
+        if inventory is None:
+            raise BadInput(f"@{name}: a group needs --inventory (a fleet YAML with groups:)")
+        if name not in inventory.groups:
+            known = ", ".join(sorted(inventory.groups)[:10]) or "none"
+            raise BadInput(f"@{name}: no such group in the inventory (its groups: {known})")
+        if not str(inventory.groups[name]).strip():
+            raise BadInput(f"@{name}: the inventory's group is empty")
 
 
 def _in_time(deadline: float) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -11,6 +10,7 @@ from pathlib import Path
 from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 from vllmdiag.analysis.across_nodes.second_look_nodes import CONFIRM_PROBES, merge_resample, nodes_to_confirm
 from vllmdiag.api import NODES_FILE, TriageResult
+from vllmdiag.model import strict_json
 from vllmdiag.sweep.fanout import Progress, SweepPlan, run_sweep
 from vllmdiag.sweep.node_steps import via_transport
 from vllmdiag.sweep.outcome import NodeOutcome
@@ -51,10 +51,14 @@ def sweep(plan: SweepPlan, progress: Progress | None = None, confirm: bool = Tru
 
 def save(result: TriageResult, directory: Path) -> list[Path]:
     """One snapshot JSON per node (safe file names) plus the node statuses, for `vllmdiag analyze DIR`."""
-    from vllmdiag.outfile import OutputError, write_output
+    import os
 
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
+    from vllmdiag.outfile import OutputError, open_dir, write_output
+
+    try:  # made as it is walked, never through another user's symlink (vllmdiag.outfile)
+        os.close(open_dir(str(directory), create=0o750))
+    except OutputError as exc:
+        raise OutputError(f"--save {directory}: {exc}") from None
     except OSError as exc:
         raise OutputError(f"--save {directory}: cannot create the directory: {exc.strerror or exc}") from None
     written: list[Path] = []
@@ -66,10 +70,10 @@ def save(result: TriageResult, directory: Path) -> list[Path]:
         used.add(stem)
         path = directory / f"{stem}.json"
         # Through vllmdiag.outfile: a planted symlink at <dir>/<node>.json is refused, never written through.
-        write_output(path, json.dumps(snap.to_dict(), default=str) + "\n", "--save")
+        write_output(path, strict_json.dumps(snap.to_dict(), default=str) + "\n", "--save")
         written.append(path)
     nodes = result.report.nodes or []
-    write_output(directory / NODES_FILE, json.dumps([{"name": n.name, "status": n.status, "reason": n.reason,
+    write_output(directory / NODES_FILE, strict_json.dumps([{"name": n.name, "status": n.status, "reason": n.reason,
                                                       "duration_s": n.duration_s} for n in nodes]) + "\n", "--save")
     return written
 

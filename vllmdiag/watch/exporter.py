@@ -1,4 +1,4 @@
-"""Prometheus text exposition of the watcher's state, on a tiny http.server (no dependency).
+"""Prometheus text exposition of the watcher's state, on a tiny bounded HTTP server (no dependency).
 
 prometheus_client would add a package to every node for a dozen gauges; the text format (0.0.4)
 is a few lines. Names follow Prometheus conventions (units in the name, ``_total`` counters) and
@@ -7,15 +7,20 @@ every per-deployment series carries the labels ``node`` and ``deployment`` for G
 
 from __future__ import annotations
 
+import selectors
+import socket
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from dataclasses import dataclass, field
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HELP = {
     "vllmdiag_deployment_stalled": ("gauge", "1 while the deployment is stalled with work in flight (confirmed by a triage)"),
-    "vllmdiag_deployment_state": ("gauge", "1 for the deployment's current state (idle, running, suspect, stalled)"),
+    "vllmdiag_deployment_state": ("gauge", "1 for the deployment's current state (idle, running, suspect, stalled, "
+                                  "unknown: the watcher could not read its fds, maps or rings)"),
+    "vllmdiag_deployment_blind": ("gauge", "1 while the watcher cannot see whether it moves (state unknown; the log "
+                                  "says what it could not read and the fix)"),
     "vllmdiag_seconds_since_progress": ("gauge", "seconds since it last moved while it had work (0: idle or moving)"),
     "vllmdiag_stalls_total": ("counter", "stalls confirmed and saved for this deployment"),
     "vllmdiag_last_verdict_info": ("gauge", "1, labelled with the last triage's status, layer and culprit"),
@@ -53,59 +58,194 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-class Exporter:
-    """Serves ``/metrics`` from a daemon thread; ``collect`` is called per scrape (under no lock of ours)."""
+MAX_CLIENTS = 16  # Prometheus and a liveness probe need 1-2; beyond this a connection is closed at once
+DEADLINE_S = 5.0  # for the whole request, from accept to the last byte sent: not per read
+MAX_REQUEST = 8 << 10  # a GET line and its headers
+LOG_EVERY_S = 60.0  # at most one line a minute about dropped connections
 
-    def __init__(self, addr: str, port: int, collect: Callable[[], list[Sample]]) -> None:
-        handler = _handler(collect)
-        self.server = _Server((addr, port), handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 1.0},
-                                       name="watch-exporter", daemon=True)
+
+class Exporter:
+    """Serves ``/metrics`` from one daemon thread with a bounded number of clients (issue 25 item 2).
+
+    http.server's ThreadingHTTPServer started a thread and held an fd per connection with no cap, and
+    its timeout was per read: ~1,500 clients sending a byte a second held 1,020 threads and every fd
+    the watcher had, its passes failed with EMFILE, and each reset wrote a 25-line traceback. Here one
+    thread multiplexes non-blocking sockets: at most ``max_clients`` at a time (beyond, the oldest one
+    still sending its request is closed, or the newcomer when all are being answered), each ended
+    ``deadline_s`` after it was accepted whatever it sends, and what was dropped is one line a minute
+    through ``note``. ``collect`` is called per scrape."""
+
+    def __init__(self, addr: str, port: int, collect: Callable[[], list[Sample]], *,
+                 note: Callable[[str], None] | None = None, max_clients: int = MAX_CLIENTS,
+                 deadline_s: float = DEADLINE_S) -> None:
+        self.collect, self.note = collect, note
+        self.max_clients, self.deadline_s = max_clients, deadline_s
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((addr, port))
+            self.sock.listen(64)
+            self.sock.setblocking(False)
+        except OSError:
+            self.sock.close()
+            raise
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._stop = threading.Event()
+        self.dropped: dict[str, int] = {}  # why -> connections since the last log line
+        self._logged = time.monotonic() - LOG_EVERY_S
+        self.thread = threading.Thread(target=self._serve, name="watch-exporter", daemon=True)
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self.server.server_address[:2]
+        host, port = self.sock.getsockname()[:2]
         return str(host), int(port)
 
     def start(self) -> None:
         self.thread.start()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._stop.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        if self.thread.is_alive():
+            self.thread.join(5)
+        for s in (self.sock, self._wake_r, self._wake_w):
+            s.close()
 
+    # ---- the loop (exporter thread) ------------------------------------------------------------
+    def _serve(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ, None)
+        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        conns: dict[socket.socket, _Conn] = {}
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                soonest = min((c.deadline for c in conns.values()), default=now + 1.0)
+                for key, _ in sel.select(max(0.0, min(1.0, soonest - now))):
+                    if key.data is None:
+                        self._accept(sel, conns)
+                    elif isinstance(key.data, _Conn):
+                        self._io(sel, conns, key.data)
+                now = time.monotonic()
+                for c in [c for c in conns.values() if c.deadline <= now]:
+                    self._drop(sel, conns, c, "past the whole-request deadline")
+                self._log(time.monotonic())
+        except Exception as exc:  # noqa: BLE001 - the watcher outlives its exporter; one line says why
+            self._say(f"metrics exporter stopped: {type(exc).__name__}: {exc}")
+        finally:
+            for c in list(conns.values()):
+                self._finish(sel, conns, c)
+            sel.close()
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], handler: Any) -> None:
-        if ":" in address[0]:
-            import socket
-
-            self.address_family = socket.AF_INET6
-        super().__init__(address, handler)
-
-
-def _handler(collect: Callable[[], list[Sample]]) -> Any:
-    class Handler(BaseHTTPRequestHandler):
-        timeout = 5  # a client that connects and says nothing is dropped
-        server_version = "vllmdiag-watch"
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            if self.path.split("?")[0] != "/metrics":
-                self._send(404, b"not found: try /metrics\n", "text/plain")
+    def _accept(self, sel: selectors.BaseSelector, conns: dict[socket.socket, _Conn]) -> None:
+        for _ in range(64):  # what is queued now; a flood cannot keep this thread in accept
+            try:
+                sock, _addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
                 return
-            self._send(200, render(collect()).encode(), CONTENT_TYPE)
+            except OSError as exc:  # EMFILE: refuse by leaving it queued; said once a minute
+                self._count(f"accept failed ({exc.strerror or exc})")
+                time.sleep(0.1)  # the listener stays readable: do not spin on it
+                return
+            if len(conns) >= self.max_clients:
+                # Slots full: the oldest client still sending its request makes room (a scraper sends its
+                # GET at once, a slow client never finishes), so idle holders cannot lock Prometheus and
+                # the liveness probe out; when every slot is being answered, the newcomer is closed.
+                slow = min((c for c in conns.values() if c.out is None), key=lambda c: c.deadline, default=None)
+                if slow is None:
+                    self._count(f"over the limit of {self.max_clients} clients")
+                    sock.close()
+                    continue
+                self._drop(sel, conns, slow, f"evicted to make room (limit {self.max_clients} clients)")
+            sock.setblocking(False)
+            c = _Conn(sock, time.monotonic() + self.deadline_s)
+            conns[sock] = c
+            sel.register(sock, selectors.EVENT_READ, c)
 
-        def _send(self, code: int, body: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def _io(self, sel: selectors.BaseSelector, conns: dict[socket.socket, _Conn], c: _Conn) -> None:
+        try:
+            if c.out is None:
+                data = c.sock.recv(4096)
+                if not data:
+                    self._finish(sel, conns, c)
+                    return
+                c.inbuf += data
+                if b"\r\n\r\n" in c.inbuf or b"\n\n" in c.inbuf:
+                    c.out = self._answer(bytes(c.inbuf))
+                    sel.modify(c.sock, selectors.EVENT_WRITE, c)
+                elif len(c.inbuf) > MAX_REQUEST:
+                    c.out = _response(431, b"request header too large\n", "text/plain")
+                    sel.modify(c.sock, selectors.EVENT_WRITE, c)
+                return
+            sent = c.sock.send(c.out)
+            c.out = c.out[sent:]
+            if not c.out:
+                self._finish(sel, conns, c)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # a reset, a broken pipe: the client's business, counted, never a traceback
+            self._drop(sel, conns, c, type(exc).__name__)
 
-        def log_message(self, *args: Any) -> None:
-            return  # scrapes every 15 s would flood the watcher's log
+    def _answer(self, request: bytes) -> bytes:
+        line = request.split(b"\n", 1)[0].split()
+        if len(line) < 2 or line[0] not in (b"GET", b"HEAD"):
+            return _response(405, b"only GET /metrics\n", "text/plain")
+        if line[1].split(b"?")[0] != b"/metrics":
+            return _response(404, b"not found: try /metrics\n", "text/plain")
+        try:
+            body = render(self.collect()).encode()
+        except Exception as exc:  # noqa: BLE001 - a scrape must not end the exporter
+            self._count(f"collect failed ({type(exc).__name__})")
+            return _response(500, b"the watcher's metrics could not be read\n", "text/plain")
+        return _response(200, body, CONTENT_TYPE, head_only=line[0] == b"HEAD")
 
-    return Handler
+    def _drop(self, sel: selectors.BaseSelector, conns: dict[socket.socket, _Conn], c: _Conn, why: str) -> None:
+        self._count(why)
+        self._finish(sel, conns, c)
+
+    @staticmethod
+    def _finish(sel: selectors.BaseSelector, conns: dict[socket.socket, _Conn], c: _Conn) -> None:
+        conns.pop(c.sock, None)
+        try:
+            sel.unregister(c.sock)
+        except (KeyError, ValueError):
+            pass
+        c.sock.close()
+
+    def _count(self, why: str) -> None:
+        self.dropped[why] = self.dropped.get(why, 0) + 1
+
+    def _log(self, now: float) -> None:
+        if not self.dropped or now - self._logged < LOG_EVERY_S:
+            return
+        total = sum(self.dropped.values())
+        why = ", ".join(f"{n} {w}" for w, n in sorted(self.dropped.items(), key=lambda kv: -kv[1])[:4])
+        self._say(f"metrics exporter dropped {total} connection(s) ({why}); next such line in {LOG_EVERY_S:g} s at most")
+        self.dropped, self._logged = {}, now
+
+    def _say(self, text: str) -> None:
+        if self.note is not None:
+            try:
+                self.note(text)
+            except Exception:  # noqa: BLE001 - a closed log stream must not end the exporter
+                pass
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    deadline: float
+    inbuf: bytearray = field(default_factory=bytearray)
+    out: bytes | None = None
+
+
+def _response(code: int, body: bytes, ctype: str, *, head_only: bool = False) -> bytes:
+    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large",
+              500: "Internal Server Error"}[code]
+    head = (f"HTTP/1.1 {code} {reason}\r\nServer: vllmdiag-watch\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("ascii")
+    return head if head_only else head + body

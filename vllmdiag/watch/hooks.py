@@ -7,7 +7,6 @@ and never follows a redirect (a POST turned into a GET elsewhere is not what was
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
@@ -19,6 +18,7 @@ import urllib.request
 from typing import Any
 
 from vllmdiag.errors import BadInput
+from vllmdiag.model import strict_json
 
 MAX_REPLY_BYTES = 64 << 10
 
@@ -70,7 +70,7 @@ def post_json(url: str, payload: dict[str, Any], timeout_s: float) -> str:
 
 
 def _post(url: str, payload: dict[str, Any], timeout_s: float) -> str:
-    body = json.dumps(payload, separators=(",", ":"), default=str).encode()
+    body = strict_json.dumps(payload, separators=(",", ":"), default=str).encode()
     req = urllib.request.Request(url, data=body, method="POST",
                                  headers={"Content-Type": "application/json", "User-Agent": "vllmdiag-watch"})
     opener = urllib.request.build_opener(_NoRedirect)

@@ -37,6 +37,7 @@ def _deployment_samples(node: str, t: Tracked, now: float) -> list[Sample]:
         ("vllmdiag_deployment_stalled", labels, 1 if t.state == "stalled" else 0),
         ("vllmdiag_seconds_since_progress", labels, round(t.since_progress(now), 3)),
         ("vllmdiag_stalls_total", labels, t.stalls),
+        ("vllmdiag_deployment_blind", labels, 1 if t.state == "unknown" else 0),
         ("vllmdiag_last_culprit_rank", labels, rank if isinstance(rank, int) and not isinstance(rank, bool) else -1),
     ]
     out += [("vllmdiag_deployment_state", {**labels, "state": s}, 1 if t.state == s else 0) for s in STATES]

@@ -12,7 +12,9 @@ from typing import Any
 
 from vllmdiag.analysis.views.progress import Progress, is_stalled
 
-STATES = ("idle", "running", "suspect", "stalled")
+# unknown: the pass could not read what would show it moving (fds, maps, rings: issue 25 item 3);
+# never idle, never healthy, and no triage is opened on it (it would be as blind).
+STATES = ("idle", "running", "suspect", "stalled", "unknown")
 
 
 @dataclass
@@ -27,6 +29,7 @@ class Tracked:
     # only a stall over a whole interval (two passes) opens a triage, so a slow deployment costs one.
     cleared: bool = False
     verdict: dict[str, Any] = field(default_factory=dict)  # the last triage's deployment verdict
+    blind: str = ""  # while unknown: what the pass could not read, and the fix
 
     def since_progress(self, now: float) -> float:
         return max(0.0, now - self.last_progress) if self.state in ("suspect", "stalled") else 0.0
@@ -34,7 +37,7 @@ class Tracked:
 
 @dataclass
 class Event:
-    kind: str  # new | gone | suspect | recovered
+    kind: str  # new | gone | suspect | recovered | unknown
     tracked: Tracked
 
 
@@ -43,9 +46,11 @@ class Tracker:
         self.deps: dict[str, Tracked] = {}
 
     def observe(self, seen: dict[str, tuple[str, int]], within: dict[str, Progress],
-                across: dict[str, Progress], now: float, prev_at: float | None) -> list[Event]:
+                across: dict[str, Progress], now: float, prev_at: float | None,
+                blind: dict[str, str] | None = None) -> list[Event]:
         """One cheap pass. ``seen``: key -> (deployment id, root pid); ``within``: progress inside
-        this pass; ``across``: progress from the previous pass to this one (empty on the first)."""
+        this pass; ``across``: progress from the previous pass to this one (empty on the first);
+        ``blind``: deployment id -> why the pass could not see whether it moves."""
         events: list[Event] = []
         for key in [k for k in self.deps if k not in seen]:
             events.append(Event("gone", self.deps.pop(key)))
@@ -55,7 +60,7 @@ class Tracker:
                 t = self.deps[key] = Tracked(key, dep_id, root, now)
                 events.append(Event("new", t))
             p_in, p_x = within.get(dep_id), across.get(dep_id)
-            kind = _step(t, p_in, p_x, now, prev_at)
+            kind = _step(t, p_in, p_x, now, prev_at, (blind or {}).get(dep_id, ""))
             if kind:
                 events.append(Event(kind, t))
         return events
@@ -70,8 +75,15 @@ class Tracker:
         return True
 
 
-def _step(t: Tracked, p_in: Progress | None, p_x: Progress | None, now: float, prev_at: float | None) -> str | None:
+def _step(t: Tracked, p_in: Progress | None, p_x: Progress | None, now: float, prev_at: float | None,
+          blind: str = "") -> str | None:
     was = t.state
+    moved = p_in is not None and (p_in.moved or (p_x is not None and p_x.moved))
+    if blind and not moved:  # seen moving is seen; anything less from a blind pass is unknown
+        changed = was != "unknown" or blind != t.blind
+        t.state, t.blind, t.last_progress = "unknown", blind, now
+        return "unknown" if changed else None
+    t.blind = ""
     if p_in is None or not p_in.work_in_flight:
         t.state, t.last_progress = "idle", now
         return "recovered" if was == "stalled" else None

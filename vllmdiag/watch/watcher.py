@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ from vllmdiag.model import Snapshot
 from vllmdiag.outfile import OutputError
 from vllmdiag.watch import hooks
 from vllmdiag.watch.exporter import Sample
+from vllmdiag.watch.metrics import watcher_samples  # not at the first scrape: no import in a thread at a fork
 from vllmdiag.watch.state import Tracked, Tracker
 from vllmdiag.watch.store import Saved, Store
 
@@ -22,6 +24,11 @@ from vllmdiag.watch.store import Saved, Store
 # No py-spy, no NVML, no ZMTP: those are for the triage a stall opens.
 CHEAP_PROBES = ["processes", "shm", "rings", "sockets", "http"]
 PASS_BUDGET_S = 4.0
+# Each pass runs in a forked child killed at its budget (vllmdiag/hardstop.py, as triage's collection):
+# a hostile /metrics or a /proc read stuck in the kernel ends that pass, never the watcher. Its
+# memory, CPU seconds and fds are bounded too (the watcher itself stays ~40 MB, 1-2 threads).
+PASS_MEMORY = 768 << 20  # address space over the watcher's own (a pass needs a few MB)
+PASS_NOFILE = 4096
 
 
 @dataclass
@@ -37,6 +44,7 @@ class WatchConfig:
     webhook: str | None = None
     webhook_timeout_s: float = 5.0
     budget_s: float = 8.0
+    pass_budget_s: float = PASS_BUDGET_S  # each cheap pass's collection (its child is killed after it)
     node: str | None = None
     # Only deployments whose root process has all these environment variables (of those the
     # processes probe keeps: VLLM_*, NCCL_*, CUDA_VISIBLE_DEVICES, ...), e.g. two on one node.
@@ -64,19 +72,23 @@ class Watcher:
 
         start = time.monotonic()
         options: dict[str, Any] = {"cheap": True, **({"node": self.cfg.node} if self.cfg.node else {})}
-        snap = collect(probes=CHEAP_PROBES, options=options, budget_s=PASS_BUDGET_S, hard=stuck_probe_threads() > 0)
+        snap = collect(probes=CHEAP_PROBES, options=options, budget_s=self.cfg.pass_budget_s, hard=True,
+                       limits=pass_limits(self.cfg.pass_budget_s))
         now = time.monotonic()
         self._blind(snap)
-        seen = deployment_keys(snap, self.cfg.select)
+        seen, blind = watched(snap, self.cfg.select)
         within = {p.deployment_id: p for p in deployment_progress([snap])}
         across = {p.deployment_id: p for p in deployment_progress([self.prev[0], snap])} if self.prev else {}
         with self._lock:
             self.node, self.pass_s, self.passes = snap.node, now - start, self.passes + 1
-            events = self.tracker.observe(seen, within, across, now, self.prev[1] if self.prev else None)
+            events = self.tracker.observe(seen, within, across, now, self.prev[1] if self.prev else None, blind)
         self.prev = (snap, now)
         for ev in events:
             if ev.kind == "suspect":
                 self._triage(ev.tracked)
+            elif ev.kind == "unknown":
+                self._note(f"unknown {ev.tracked.deployment_id} (root pid {ev.tracked.root_pid}): cannot tell whether "
+                           f"it moves, stalls or idles: {ev.tracked.blind}")
             else:
                 self._note(f"{ev.kind} {ev.tracked.deployment_id} (root pid {ev.tracked.root_pid})")
 
@@ -84,7 +96,7 @@ class Watcher:
         """Say once (and again when it changes) that passes do not see everything: a probe that
         times out on a loaded node, or fds we may not read, must not look like a quiet node."""
         bad = "; ".join(f"{name} {res.status}: {res.reason}" for name, res in sorted(snap.probes.items())
-                        if res.status in ("error", "timeout") or (name == "processes" and res.status != "ok"))
+                        if res.status in ("error", "timeout", "partial") or (name == "processes" and res.status != "ok"))
         if bad != self._last_blind:
             self._note(f"cheap pass incomplete: {bad}" if bad else "cheap passes complete again")
             self._last_blind = bad
@@ -136,7 +148,7 @@ class Watcher:
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self) -> int:
-        self.store.prepare()
+        self.store.prepare()  # a usage error (exit 2) before the first pass when --out is not usable
         self._note(f"watching {self.cfg.node or 'this node'} every {self.cfg.interval_s:g} s "
                    f"(confirm {self.cfg.confirm_s:g} s), saving stalls to {self.cfg.out_dir}")
         while not self.stop.is_set():
@@ -150,38 +162,91 @@ class Watcher:
                 break
             self.stop.wait(max(0.0, began + self.cfg.interval_s - time.monotonic()))
         self._note("stopped")
+        self.store.close()
         return 0
 
     # ---- the exporter's view -----------------------------------------------------------------
     def samples(self) -> list[Sample]:
-        from vllmdiag.watch.metrics import watcher_samples
-
         with self._lock:
             return watcher_samples(self.node, list(self.tracker.deps.values()),
                                    {"passes": self.passes, "triages": self.triages, "errors": self.errors,
                                     "pass_s": self.pass_s, "stuck": stuck_probe_threads()})
 
 
+def pass_limits(budget_s: float) -> dict[int, int]:
+    """RLIMITs of a pass's child: CPU seconds a little over its budget (SIGXCPU ends a runaway loop even
+    when the parent's kill comes later), address space PASS_MEMORY over the watcher's, fds PASS_NOFILE."""
+    import math
+    import resource
+
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            own = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        own = 1 << 30
+    return {resource.RLIMIT_CPU: math.ceil(budget_s) + 2, resource.RLIMIT_AS: own + PASS_MEMORY,
+            resource.RLIMIT_NOFILE: PASS_NOFILE}
+
+
 def stuck_probe_threads() -> int:
-    """Probe threads of earlier passes still alive: stuck in the kernel (a /proc read of a D-state
-    process). Passes run in this process (a forked child per pass would cost ~30 ms CPU more, three
-    quarters of the pass), except while one is stuck: then in a child killed at the budget, so no
-    more threads pile up behind it."""
+    """Probe threads still alive in this process: none since every pass runs in a killable child
+    (a forked child per pass costs ~30 ms CPU more, the price of a watcher no probe can take along);
+    kept as a gauge, since a stuck thread here would be a bug."""
     return sum(1 for t in threading.enumerate() if t.name.startswith("probe-") and t.is_alive())
+
+
+def check_select_key(key: str) -> str | None:
+    """Why ``--select KEY=...`` could never match, or None: the processes probe keeps only some
+    environment variables (VLLM_*, NCCL_*, CUDA_VISIBLE_DEVICES, ...) and redacts secrets, so any
+    other key silently watched nothing (issue 26)."""
+    from vllmdiag.probes.processes import ENV_KEEP
+    from vllmdiag.redact import redact_env
+
+    if not key.startswith(ENV_KEEP):
+        return (f"{key} is not among the environment variables vllmdiag reads (those starting with "
+                f"{', '.join(ENV_KEEP)})")
+    if redact_env({key: "x"}).get(key) != "x":
+        return f"{key} holds a secret: its value is redacted, never compared"
+    return None
+
+
+def default_out_dir() -> Path | None:
+    """``watch --out`` when none is given: an absolute path, never one relative to where the watcher
+    was started (in a shared directory another user could plant a link there: issue 25 item 6). Root:
+    /var/lib/vllmdiag/watch (the unit's StateDirectory); others: $XDG_STATE_HOME/vllmdiag/watch, or
+    ~/.local/state/vllmdiag/watch; None when neither is known (then --out is required)."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/vllmdiag/watch")
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if state.startswith("/"):
+        return Path(state) / "vllmdiag" / "watch"
+    home = os.environ.get("HOME", "")
+    return Path(home) / ".local" / "state" / "vllmdiag" / "watch" if home.startswith("/") and home != "/" else None
 
 
 def deployment_keys(snap: Snapshot, select: dict[str, str] | None = None) -> dict[str, tuple[str, int]]:
     """key -> (deployment id, root pid); the key adds the root's start time, so a restart is new."""
+    return watched(snap, select)[0]
+
+
+def watched(snap: Snapshot, select: dict[str, str] | None = None) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
+    """The deployments to watch (as ``deployment_keys``), and for those the pass could not see
+    move: deployment id -> what it could not read and the fix (they are ``unknown``, never idle)."""
+    from vllmdiag.analysis.views.coverage import progress_blind
     from vllmdiag.analysis.views.deployments import find_deployments
 
     out: dict[str, tuple[str, int]] = {}
+    blind: dict[str, str] = {}
     for dep in find_deployments(snap):
         root = dep.by_pid(dep.root_pid) or {}
         env = root.get("environ") or {}
         if any(env.get(k) != v for k, v in (select or {}).items()):
             continue
         out[f"{dep.id}@{root.get('start_time')}"] = (dep.id, dep.root_pid)
-    return out
+        why = progress_blind(snap, dep.pids)
+        if why:
+            blind[dep.id] = why
+    return out, blind
 
 
 def deployment_verdict(report: dict[str, Any], root_pid: int) -> dict[str, Any]:

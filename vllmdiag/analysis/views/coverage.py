@@ -53,6 +53,30 @@ def gaps(snapshot: Snapshot, pids: set[int]) -> list[str]:
     return out
 
 
+# What a watch pass reads to tell moving from stalled from idle (issue 25 item 3).
+WATCH_PROBES = ("processes", "shm", "rings", "sockets", "http")
+
+
+def progress_blind(snapshot: Snapshot, pids: set[int]) -> str:
+    """Why this snapshot cannot tell whether these pids (one deployment) move, with the fix; "" when
+    it can. Unread rings, maps or fds look exactly like an idle deployment (nothing in flight), so a
+    watcher that could not read them must say "unknown", never "idle"."""
+    parts = []
+    for probe in WATCH_PROBES:
+        res = snapshot.probes.get(probe)
+        if res is not None and res.status in ("error", "timeout"):
+            parts.append(f"probe {probe} {res.status}: {str(res.reason or '')[:200]}")
+            continue
+        missed = sorted(unreadable(snapshot, probe) & pids)
+        if missed:
+            parts.append(f"probe {probe} could not read the {PER_PID.get(probe, 'data')} of pid(s) {_list(missed)} "
+                         "(permission denied)")
+    if not parts:
+        return ""
+    denied = any("permission denied" in p for p in parts)
+    return "; ".join(parts) + (f". {FIX}" if denied else "")
+
+
 def _list(pids: list[Any]) -> str:
     return ", ".join(map(str, pids[:8])) + (f" (+{len(pids) - 8} more)" if len(pids) > 8 else "")
 

@@ -1,0 +1,172 @@
+"""Output files and the watcher's evidence directory against another local user (issue 25 items 6 and 9,
+issue 26's watch --out and --select): no symlink of another user is followed at any level, a
+directory another user made (or may write) is refused, evidence is 0640 in a 0750 directory of ours,
+rotation never deletes through a link, and --out is a usable directory or one line, exit 2."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.outfile import OutputError, write_output
+from vllmdiag.watch.store import Store
+from vllmdiag.watch.watcher import default_out_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to make another user's link)")
+
+
+def _nobody() -> tuple[int, int]:
+    pw = pwd.getpwnam("nobody")
+    return pw.pw_uid, pw.pw_gid
+
+
+def _report() -> Any:
+    from vllmdiag.analysis.bisect import Report
+    from vllmdiag.model import Verdict
+
+    return Report(Verdict("blocked", "gpu", summary="s"), [], [], [])
+
+
+def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vllmdiag", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> tuple[Path, Path]:
+    """S: a world-writable sticky directory (like /tmp); S/link: nobody's symlink to a root-only directory."""
+    shared, secret = tmp_path / "shared", tmp_path / "secret"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    secret.mkdir(mode=0o700)
+    link = shared / "link"
+    link.symlink_to(secret)
+    os.lchown(link, *_nobody())
+    return link, secret
+
+
+@needs_root
+def test_no_output_file_is_created_through_another_users_linked_parent(planted: tuple[Path, Path],
+                                                                       reliability: Any) -> None:
+    link, secret = planted
+    for name in ("x.prom", "r.md", "sub/dir/x.json"):
+        with pytest.raises(OutputError, match="another user's link"):
+            write_output(link / name, "x\n", "--prom")
+    reliability.case(write=bool(list(secret.iterdir())))
+    assert list(secret.iterdir()) == []
+
+
+@needs_root
+def test_gate_prom_through_another_users_link_is_one_line_exit_2(planted: tuple[Path, Path], reliability: Any) -> None:
+    link, secret = planted
+    out = _run("gate", "--prom", str(link / "x.prom"))
+    reliability.case(write=bool(list(secret.iterdir())), traceback="Traceback" in out.stderr)
+    assert out.returncode == 2 and "another user's link" in out.stderr, (out.returncode, out.stderr)
+    assert list(secret.iterdir()) == []
+
+
+def test_links_we_or_root_own_are_still_followed(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "mine").symlink_to(real)
+    write_output(tmp_path / "mine" / "a.txt", "ok\n")
+    assert (real / "a.txt").read_text() == "ok\n"
+
+
+@needs_root
+def test_watch_out_through_another_users_link_or_in_their_directory_is_refused(planted: tuple[Path, Path],
+                                                                               tmp_path: Path,
+                                                                               reliability: Any) -> None:
+    link, secret = planted
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    theirs.chmod(0o777)
+    os.chown(theirs, *_nobody())
+    for out_dir in (link, link / "watch", theirs):
+        out = _run("watch", "--out", str(out_dir), "--max-passes", "1", "--interval", "0.2")
+        reliability.case(write=bool(list(secret.iterdir())), traceback="Traceback" in out.stderr)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, (out_dir, out.stderr)
+    assert list(secret.iterdir()) == [] and list(theirs.iterdir()) == []
+
+
+def test_evidence_is_private_and_the_directory_made_so(tmp_path: Path) -> None:
+    out_dir = tmp_path / "ev"
+    out_dir.mkdir()
+    out_dir.chmod(0o755)  # as a hostPath DirectoryOrCreate makes it
+    store = Store(out_dir, keep=5, max_bytes=1 << 20, report_suffix=".md")
+    store.prepare()
+    saved = store.save("n:1", {"node": "n"}, _report())
+    assert stat.S_IMODE(out_dir.stat().st_mode) == 0o750
+    assert stat.S_IMODE(saved.snapshot.stat().st_mode) == 0o640
+    fresh = Store(tmp_path / "new" / "ev", keep=5, max_bytes=1 << 20)
+    fresh.prepare()
+    assert stat.S_IMODE((tmp_path / "new" / "ev").stat().st_mode) == 0o750
+    store.close()
+    fresh.close()
+
+
+def test_a_shared_writable_directory_with_other_files_is_refused(tmp_path: Path) -> None:
+    out_dir = tmp_path / "open"
+    out_dir.mkdir()
+    (out_dir / "notes.txt").write_text("someone's\n")
+    out_dir.chmod(0o777)
+    with pytest.raises(OutputError, match="writable by others"):
+        Store(out_dir, keep=5, max_bytes=1 << 20).prepare()
+
+
+def test_rotation_never_deletes_through_a_link_swapped_in(tmp_path: Path, reliability: Any) -> None:
+    out_dir, victim = tmp_path / "ev", tmp_path / "victim"
+    victim.mkdir()
+    names = [f"vllmdiag-watch-2020010{i}T000000000Z-000{i}-x.json" for i in range(1, 4)]
+    for name in names:
+        (victim / name).write_text("{}\n")
+    store = Store(out_dir, keep=1, max_bytes=1 << 20)
+    store.prepare()
+    out_dir.rename(tmp_path / "ev.old")
+    out_dir.symlink_to(victim)  # the path now leads elsewhere; the store keeps its own directory
+    store.save("n:1", {}, _report())
+    store.save("n:1", {}, _report())
+    store.close()
+    left = sorted(p.name for p in victim.iterdir())
+    reliability.case(write=left != sorted(names))
+    assert left == sorted(names)
+    assert len(list((tmp_path / "ev.old").glob("vllmdiag-watch-*.json"))) == 1  # rotated in its own directory
+
+
+@pytest.mark.parametrize("where", ["/dev/null", "/sys", "file", "/proc"])
+def test_watch_out_not_a_usable_directory_is_one_line_exit_2(where: str, tmp_path: Path, reliability: Any) -> None:
+    if where == "file":
+        where = str(tmp_path / "regular")
+        Path(where).write_text("x\n")
+    out = _run("watch", "--out", where, "--max-passes", "1", "--interval", "0.2")
+    reliability.case(traceback="Traceback" in out.stderr)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, (out.returncode, out.stderr)
+    assert "--out" in out.stderr
+
+
+@pytest.mark.parametrize("item", ["FOO=1", "HOME=/root", "HF_TOKEN=x"])
+def test_watch_select_of_a_key_it_cannot_see_is_one_line_exit_2(item: str, tmp_path: Path) -> None:
+    out = _run("watch", "--out", str(tmp_path / "o"), "--select", item, "--max-passes", "1")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, (out.returncode, out.stderr)
+    assert "--select" in out.stderr and "watch nothing" in out.stderr
+
+
+def test_watch_out_default_is_absolute(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert default_out_dir() == Path("/var/lib/vllmdiag/watch")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("XDG_STATE_HOME", "/home/u/.state")
+    assert default_out_dir() == Path("/home/u/.state/vllmdiag/watch")
+    monkeypatch.setenv("XDG_STATE_HOME", "relative")
+    monkeypatch.setenv("HOME", "/home/u")
+    assert default_out_dir() == Path("/home/u/.local/state/vllmdiag/watch")
+    monkeypatch.delenv("HOME")
+    assert default_out_dir() is None
