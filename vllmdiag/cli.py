@@ -25,6 +25,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["triage"], ["collect"], ["gate"]):
+        # First, before any thread: the commands that look at a node take CPU on a saturated one
+        # (vllmdiag/priority.py says why this cannot hurt the target).
+        from vllmdiag.priority import boost
+
+        boost("--no-boost" not in argv)
     if argv[:1] == ["collect"] and {"-h", "--help"} & set(argv[1:]):
         from vllmdiag.collect_cli import build_parser
         from vllmdiag.collect_help import show
@@ -154,9 +160,14 @@ def triage_command(
     confirm: Annotated[float, _opt("--confirm", help="when work is in flight and nothing moved, keep watching up "
                                    "to this many seconds before calling it a hang (0 = off)")] = 10.0,
     verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
+    no_boost: Annotated[bool, _opt("--no-boost", help="keep normal scheduling priority (default as root: "
+                                   "SCHED_FIFO for the command's short life; VLLMDIAG_BOOST=0 too)")] = False,
 ) -> int:
     """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
+    from vllmdiag import deadline
     from vllmdiag.api import triage
+
+    origin = deadline.process_start()  # the budget is the whole command's: interpreter start included
 
     if not 0.2 <= budget <= 600:
         raise BadInput("--budget must be between 0.2 and 600 seconds")
@@ -171,6 +182,8 @@ def triage_command(
 
     options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": nccl_ras,
                                "probe_request": probe_request, **opt_in(enable or [])}
+    if no_boost:
+        options["boost"] = False
     if watch:
         options["watch_s"] = watch
     from vllmdiag.cli_progress import WatchBar
@@ -178,8 +191,9 @@ def triage_command(
     _verbose(verbose)
     with _confirm_bar() as tick, WatchBar(watch, enabled=sys.stderr.isatty() and not json_out) as bar:
         result = triage(pids=pid, probes=probe, options=options, budget_s=budget + watch, confirm_s=confirm,
-                        on_confirm=bar.chain(tick))
-    return emit(result, json_out, report, save)
+                        on_confirm=bar.chain(tick), origin=origin)
+    window = confirm if any(s.options.get("confirm") for s in result.report.snapshots) else 0.0
+    return emit(result, json_out, report, save, by=origin + max(budget + watch, window) + deadline.LAST_WORD_S - 0.05)
 
 
 def _verbose(on: bool) -> None:

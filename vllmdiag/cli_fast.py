@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 FLAGS = {"--json": "json_out", "--native": "native", "--nonblocking": "nonblocking", "--nccl-ras": "nccl_ras",
-         "--probe-request": "probe_request", "-v": "verbose", "--verbose": "verbose"}
+         "--probe-request": "probe_request", "-v": "verbose", "--verbose": "verbose",
+         "--no-boost": "no_boost"}
 # option -> (parameter, type, repeatable)
 VALUES: dict[str, tuple[str, type, bool]] = {
     "--pid": ("pid", int, True), "--probe": ("probe", str, True), "--enable": ("enable", str, True),

@@ -37,11 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confirm", type=float, default=0.0, metavar="S",
                    help="when work is in flight and nothing moved, keep watching up to S seconds (as triage; 0 = off)")
     p.add_argument("--node", help="node name to record (default: hostname)")
+    p.add_argument("--no-boost", action="store_true",
+                   help="keep normal scheduling priority (default as root: SCHED_FIFO for the collection's short life)")
     p.add_argument("--version", action="version", version=__version__)
     return p
 
 
 def main(argv: list[str]) -> int:
+    from vllmdiag.deadline import process_start
+
+    origin = process_start()  # the budget is the whole command's: interpreter start included
     args = build_parser().parse_args(argv)
     if not 0.2 <= args.budget <= 600:
         sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
@@ -58,9 +63,12 @@ def main(argv: list[str]) -> int:
         options["pids"] = args.pids
     if args.node:
         options["node"] = args.node
+    if args.no_boost:
+        options["boost"] = False
     try:
         options.update(opt_in(args.enable))
-        snap = collect(probes=args.probes, options=options, budget_s=args.budget, confirm_s=args.confirm)
+        snap = collect(probes=args.probes, options=options, budget_s=args.budget, confirm_s=args.confirm,
+                       origin=origin)
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {exc}\n")
         return exc.exit_code
