@@ -48,8 +48,13 @@ def _triage(cli: list[str]) -> tuple[float, str, dict[str, object]]:
         return wall, f"no JSON (rc {out.returncode}: {out.stderr.strip()[-120:]})", {}
     snap = report.get("snapshot") or {}
     timeouts = [n for n, r in (snap.get("probes") or {}).items() if r.get("status") in ("timeout", "error")]
-    return wall, str(report["verdict"]["status"]), {"timeouts": timeouts, "priority":
-                                                     (snap.get("options") or {}).get("priority", {}).get("policy")}
+    v = report["verdict"]
+    culprit = (v.get("culprits") or [{}])[0]
+    return wall, str(v["status"]), {"timeouts": timeouts, "layer": v.get("layer"), "culprit": culprit.get("title"),
+                                    "summary": str(v.get("summary"))[:240],
+                                    "startup_s": (snap.get("options") or {}).get("startup_s"),
+                                    "collect_s": snap.get("duration_s"),
+                                    "priority": (snap.get("options") or {}).get("priority", {}).get("policy")}
 
 
 def _dumps(pyspy: str, pids: list[int]) -> float:
@@ -67,27 +72,36 @@ def rounds(pids: list[int], root: int, pyspy: str, runs: int, budget: float, hog
     seq: list[float] = []
     boosted: list[tuple[float, str, dict[str, object]]] = []
     plain: list[tuple[float, str, dict[str, object]]] = []
+    # Started under chrt: the interpreter's own start boosted too (the tool can only boost itself after it).
+    chrt = ["chrt", "-f", "10"] if shutil.which("chrt") and os.geteuid() == 0 else []
+    under_chrt: list[tuple[float, str, dict[str, object]]] = []
     try:
         time.sleep(1.0 if hogs else 0.0)  # let the hogs take the cores
         for _ in range(runs):  # alternated: each round runs all three under the same load
             seq.append(_dumps(pyspy, pids))
             boosted.append(_triage(cli))
             plain.append(_triage(cli + ["--no-boost"]))
+            if chrt:
+                under_chrt.append(_triage(chrt + cli))
         load = os.getloadavg()[0]
     finally:
         cpu_hog.stop(procs)
 
     def summary(rows: list[tuple[float, str, dict[str, object]]]) -> dict[str, object]:
+        if not rows:
+            return {}
         walls = [w for w, _, _ in rows]
         return {"median_s": round(statistics.median(walls), 2), "max_s": round(max(walls), 2),
                 "within_budget_1s": sum(w <= budget + 1.0 for w in walls), "right": sum(s == expect for _, s, _ in rows),
                 "verdicts": [s for _, s, _ in rows], "timeouts": [x["timeouts"] for _, _, x in rows if x],
+                "startup_s": [x.get("startup_s") for _, _, x in rows if x],
+                "collect_s": [x.get("collect_s") for _, _, x in rows if x],
                 "priority": sorted({str(x.get("priority")) for _, _, x in rows if x})}
     s = statistics.median(seq)
     b, p = summary(boosted), summary(plain)
     return {"hogs": hogs, "runs": runs, "processes": len(pids), "budget_s": budget,
             "pyspy_sequential_median_s": round(s, 2), "pyspy_sequential_max_s": round(max(seq), 2),
-            "triage": b, "triage_no_boost": p,
+            "triage": b, "triage_no_boost": p, **({"triage_under_chrt": summary(under_chrt)} if under_chrt else {}),
             "ratio_triage_vs_dumps": round(float(b["median_s"]) / s, 2),  # type: ignore[arg-type]
             "triage_minus_dumps_plus_window_s": round(float(b["median_s"]) - (s + 0.1), 2),  # type: ignore[arg-type]
             "load_1m": round(load, 2)}
@@ -97,7 +111,7 @@ def real(args: argparse.Namespace, pyspy: str) -> list[dict[str, object]]:
     import tempfile
 
     sys.path.insert(0, str(args.harness))
-    from server import RealServer  # type: ignore[import-not-found]
+    from server import RealServer
 
     out: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="vllmdiag-contention-") as tmp:
@@ -118,6 +132,36 @@ def real(args: argparse.Namespace, pyspy: str) -> list[dict[str, object]]:
     return out
 
 
+def real_hangs(args: argparse.Namespace) -> list[dict[str, object]]:
+    """A hang on the loaded real server must still be named: straggler and uniform at TP=2 (and TP=1's
+    lone worker with --tp 1), clients looping meanwhile; one boosted triage each, its wall and verdict."""
+    import tempfile
+
+    sys.path.insert(0, str(args.harness.parent))
+    from real_vllm import scenarios
+    from real_vllm.server import RealServer
+
+    out: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="vllmdiag-contention-") as tmp:
+        srv = RealServer(args.tp, Path(tmp)).start()
+        try:
+            for name in (("straggler", "uniform") if args.tp > 1 else ("uniform",)):
+                with srv.load(clients=args.clients, seconds=300), scenarios.SCENARIOS[name](srv):
+                    time.sleep(2.0)
+                    cli = [sys.executable, "-m", "vllmdiag", "triage", "--json", "--budget", str(args.budget),
+                           "--pid", str(srv.sid)]
+                    for extra in ([], ["--no-boost"]):
+                        wall, status, more = _triage(cli + extra)
+                        out.append({"case": f"real TP={args.tp} {name} under {args.clients} clients",
+                                    "boost": not extra, "wall_s": round(wall, 2), "verdict": status, **more,
+                                    "load_1m": round(os.getloadavg()[0], 2)})
+        finally:
+            notes = srv.stop()
+            if notes:
+                print("stop:", notes, file=sys.stderr)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tp", type=int, default=2)
@@ -128,13 +172,16 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=8.0)
     ap.add_argument("--real", action="store_true", help="a real vllm serve under client load (see above)")
     ap.add_argument("--clients", type=int, default=3)
+    ap.add_argument("--real-hangs", action="store_true", help="with a real server: hangs under load, named?")
     ap.add_argument("--harness", type=Path, default=Path(__file__).parent.parent / "tests" / "real_vllm",
                     help="where server.py (the real-vLLM harness) lives")
     args = ap.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     hogs = args.hogs_per_core * (os.cpu_count() or 1)
     out: list[dict[str, object]] = []
-    if args.real:
+    if args.real_hangs:
+        out = real_hangs(args)
+    elif args.real:
         out = real(args, pyspy)
     else:
         with Deployment.up(tp=args.tp, fault=args.fault) as dep:
@@ -142,7 +189,8 @@ def main() -> int:
             for n in (0, hogs):
                 out.append(rounds(pids, dep.root_pid, pyspy, args.runs, args.budget, n, args.expect))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / ("contention-real.json" if args.real else "contention.json")).write_text(json.dumps(out, indent=2) + "\n")
+    (RESULTS / ("contention-real-hangs.json" if args.real_hangs else "contention-real.json" if args.real
+                else "contention.json")).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
     return 0
 
