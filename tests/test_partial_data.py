@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+from test_progress import _snap, later
+
 from vllmdiag.analysis.engine import analyze
 from vllmdiag.model import ProbeResult, Snapshot
-
-from test_progress import _snap, later
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS_TIMEOUT = ProbeResult("timeout", 6.0, "no answer within 6.0 s")
