@@ -25,7 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["triage"], ["collect"], ["gate"]):
+    if argv[:1] in (["triage"], ["gate"]):  # (collect: in collect_cli.main, the shipped bundle's door too)
         # First, before any thread: the commands that look at a node take CPU on a saturated one
         # (vllmdiag/priority.py says why this cannot hurt the target).
         from vllmdiag.priority import boost

@@ -45,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from vllmdiag.deadline import process_start
+    from vllmdiag.priority import boost
 
     origin = process_start()  # the budget is the whole command's: interpreter start included
+    boost("--no-boost" not in argv)  # before any thread (vllmdiag/priority.py: why it cannot hurt the target)
     args = build_parser().parse_args(argv)
     if not 0.2 <= args.budget <= 600:
         sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
