@@ -151,7 +151,9 @@ def real_hangs(args: argparse.Namespace) -> list[dict[str, object]]:
                     cli = [sys.executable, "-m", "vllmdiag", "triage", "--json", "--budget", str(args.budget),
                            "--pid", str(srv.sid)]
                     for extra in ([], ["--no-boost"]):
-                        wall, status, more = _triage(cli + extra)
+                        RESULTS.mkdir(exist_ok=True)
+                        save = RESULTS / f"real-{name}-{'no-boost' if extra else 'boost'}.json"
+                        wall, status, more = _triage(cli + extra + ["--save", str(save)])
                         out.append({"case": f"real TP={args.tp} {name} under {args.clients} clients",
                                     "boost": not extra, "wall_s": round(wall, 2), "verdict": status, **more,
                                     "load_1m": round(os.getloadavg()[0], 2)})

@@ -100,3 +100,33 @@ def test_a_tiny_budget_on_a_live_simulator_keeps_the_promise_and_never_claims_id
     assert report["verdict"]["status"] in ("inconclusive", "healthy"), report["verdict"]
     assert report["snapshot"]["options"]["command_budget_s"] == budget
     assert wall < budget + 1.0 + 2.5, f"triage --budget {budget} took {wall:.1f} s"  # + spawn slack on 2 shared cores
+
+
+PLUGIN = "vllmdiag_hangplugin/__init__.py"
+
+
+def _held_in_a_polling_loop(snap: Snapshot, leaf: list[list[object]]) -> Snapshot:
+    """Every worker's MainThread inside a polling loop of its model step (a real vLLM worker held
+    by tests/real_vllm's hang plugin: `while trigger exists: time.sleep(0.05)`), at ``leaf``."""
+    workers = {p["pid"] for p in snap.probes["processes"].data["processes"] if p.get("role") == "worker"}
+    for d in snap.probes["stacks"].data["dumps"]:
+        if d["pid"] in workers:
+            for t in d["threads"]:
+                if t.get("name") == "MainThread":
+                    t["frames"] = [*leaf, *t["frames"]]
+            d.pop("resample", None)
+    return snap
+
+
+def test_a_worker_polling_in_one_function_has_not_moved_though_each_look_caught_another_line() -> None:
+    from vllmdiag.analysis.progress import deployment_progress
+
+    first = _held_in_a_polling_loop(_snap("g"), [["_held_in_forward", PLUGIN, 62], ["forward", PLUGIN, 72]])
+    second = _held_in_a_polling_loop(later(_snap("g"), 0.5), [["_trigger", PLUGIN, 44],
+                                                              ["_held_in_forward", PLUGIN, 57], ["forward", PLUGIN, 72]])
+    (p,) = deployment_progress([first, second])
+    assert not any(m.startswith("stacks changed") for m in p.moved_what), p.moved_what
+    # the same worker, but its caller moved on (another call site of forward): that is movement
+    third = _held_in_a_polling_loop(later(_snap("g"), 1.0), [["_held_in_forward", PLUGIN, 62], ["forward", PLUGIN, 80]])
+    (q,) = deployment_progress([first, third])
+    assert any(m.startswith("stacks changed") for m in q.moved_what), q.moved_what

@@ -246,7 +246,7 @@ def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
             continue
         if all(sc.name in POLLING for sc, _, _ in obs):
             still.append(f"{names.get(pid, pid)} only polled the KV connector ({last.label})")
-        elif len({sig for _, sig, _ in obs}) > 1:
+        elif not all(same_place(obs[0][1], sig) for _, sig, _ in obs[1:]):
             moved.append(str(names.get(pid, pid)))
         elif last.name in STEP_CLASSES:
             still.append(f"{names.get(pid, pid)} held {last.label} at {last.where}")
@@ -255,6 +255,24 @@ def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
     p.still += still
     if busy:
         p.in_flight.append("in a step: " + ", ".join(busy[:8]) + (" ..." if len(busy) > 8 else ""))
+
+
+def same_place(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Two stop signatures (class, frames innermost first) of one process stand in the same place when
+    they differ only inside the innermost function the shorter one reached: a polling loop (``while
+    not ready: check(); time.sleep(0.05)``, a real hang's shape too) is at another line of that
+    function, or one call deeper, on every look, yet never leaves it. Seen on a real vLLM worker held
+    in such a loop under load: each look caught another line and "stacks changed" called it moving."""
+    if a == b:
+        return True
+    if a[0] != b[0] or not a[1] or not b[1]:
+        return False
+    short, long = (a[1], b[1]) if len(a[1]) <= len(b[1]) else (b[1], a[1])
+    k = len(short)
+    if tuple(short[1:]) != tuple(long[len(long) - k + 1:]):  # the callers, aligned from the outermost
+        return False
+    inner, there = short[0], long[len(long) - k]
+    return bool(inner[0] == there[0] and inner[1] == there[1])  # same function, any line or callee
 
 
 def _short(proc: dict[str, Any]) -> str:
