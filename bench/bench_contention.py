@@ -145,14 +145,23 @@ def real_hangs(args: argparse.Namespace) -> list[dict[str, object]]:
     with tempfile.TemporaryDirectory(prefix="vllmdiag-contention-") as tmp:
         srv = RealServer(args.tp, Path(tmp)).start()
         try:
+            # Warm up under load first: the first requests run inductor's one-time C++ compiles in each
+            # worker (seen: TP0 compiling for 8 s while TP1 was held, which is movement, not a hang).
+            with srv.load(clients=args.clients, seconds=300) as done:
+                deadline = time.monotonic() + 90
+                while done[0] < 6 and time.monotonic() < deadline:
+                    time.sleep(0.5)
             for name in (("straggler", "uniform") if args.tp > 1 else ("uniform",)):
                 with srv.load(clients=args.clients, seconds=300), scenarios.SCENARIOS[name](srv):
                     time.sleep(2.0)
                     cli = [sys.executable, "-m", "vllmdiag", "triage", "--json", "--budget", str(args.budget),
                            "--pid", str(srv.sid)]
-                    for extra in ([], ["--no-boost"]):
+                    # boosted twice (the second 5 s later: a peer may still be moving in the first look), then not
+                    for i, extra in enumerate(([], [], ["--no-boost"])):
+                        if i == 1:
+                            time.sleep(5.0)
                         RESULTS.mkdir(exist_ok=True)
-                        save = RESULTS / f"real-{name}-{'no-boost' if extra else 'boost'}.json"
+                        save = RESULTS / f"real-{name}-{'no-boost' if extra else 'boost'}-{i}.json"
                         wall, status, more = _triage(cli + extra + ["--save", str(save)])
                         out.append({"case": f"real TP={args.tp} {name} under {args.clients} clients",
                                     "boost": not extra, "wall_s": round(wall, 2), "verdict": status, **more,
