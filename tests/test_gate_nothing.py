@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from vllmdiag.errors import BadInput
+from vllmdiag.gate.result import FleetGateResult
 from vllmdiag.sweep.inventory import Inventory
 from vllmdiag.sweep.nodes import resolve_nodes
-from vllmdiag.gate.result import FleetGateResult
 
 ROOT = Path(__file__).resolve().parent.parent
 

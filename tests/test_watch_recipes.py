@@ -16,7 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "examples" / "watch"
-CAPS = {"SYS_PTRACE", "DAC_READ_SEARCH"}
+CAPS = {"SYS_PTRACE", "DAC_READ_SEARCH", "SYS_NICE"}
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -58,6 +58,12 @@ def _check_pod(obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     assert any(e["name"] == "POD_IP" and e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP" for e in c["env"])
     limits = c["resources"]["limits"]
     assert limits.get("memory") and limits.get("cpu"), "memory and CPU are bounded"
+    # A saturated node (issue 24): a real cpu request (the CFS weight beside pods of whole cores) and a
+    # limit of at least one core (a smaller quota would throttle the one-core triage of a stall).
+    cpu = str(c["resources"]["requests"]["cpu"])
+    assert (float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)) >= 0.1, cpu
+    lim = str(limits["cpu"])
+    assert (float(lim[:-1]) / 1000 if lim.endswith("m") else float(lim)) >= 1.0, lim
     grace = pod["terminationGracePeriodSeconds"]
     assert grace >= 18, "SIGTERM lets a running triage (budget 8 s + confirm 10 s) finish"
     return pod, c
@@ -73,6 +79,9 @@ def test_daemonset_has_host_pid_capabilities_and_host_mounts() -> None:
     for path in ("/dev/shm", "/tmp"):
         assert volumes[mounts[path]["name"]]["hostPath"]["path"] == path
     assert "$(NODE_NAME)" in c["args"] and c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    klass = _load("priorityclass.yaml")
+    assert klass["kind"] == "PriorityClass" and pod["priorityClassName"] == klass["metadata"]["name"]
+    assert klass["preemptionPolicy"] == "Never" and klass["value"] < 1_000_000_000  # below system-* classes
 
 
 def test_sidecar_shares_the_process_namespace_and_the_vllm_volumes_read_only() -> None:

@@ -64,25 +64,69 @@ DEFAULT_CONFIRM_S = 10.0
 def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
            options: dict[str, Any] | None = None, budget_s: float = DEFAULT_BUDGET_S,
            ctx: Context | None = None, confirm_s: float = DEFAULT_CONFIRM_S,
-           on_confirm: Callable[[float, float], None] | None = None) -> TriageResult:
+           on_confirm: Callable[[float, float], None] | None = None, origin: float | None = None) -> TriageResult:
     """The quick pass; a stack resample of the few pictures that would be a hang if they held; and,
-    only when work is in flight and nothing moved, the confirm window (``confirm_s``, 0 = off)."""
-    from vllmdiag import second_look
+    only when work is in flight and nothing moved, the confirm window (``confirm_s``, 0 = off).
 
-    started = time.monotonic()  # the confirm window counts from here: the quick pass is part of it
+    ``budget_s`` counts from ``origin`` (the CLI passes its process's start: interpreter start and
+    imports are part of the promise; default now). The collector gets what is left less what
+    analysis keeps (vllmdiag/deadline.py); with ``origin`` given, analysis that would run past the
+    budget + 1 s is cut and the verdict is inconclusive from what was collected, saying so."""
+    from vllmdiag import deadline, second_look
+
+    guarded = origin is not None
+    started = time.monotonic() if origin is None else origin  # the confirm window counts from here too
     opts = dict(options or {})
     if pids:
         opts["pids"] = list(pids)
     wanted = set(pids) if pids else None
     quick_ctx = second_look.fresh_context(ctx)
-    snap = collect_node(probes=probes, options=opts, budget_s=budget_s, ctx=ctx)
-    from vllmdiag.analysis.bisect import analyze  # loaded while the child collected (warm_analysis)
+    startup = _since(started)
+    snap = collect_node(probes=probes, options=opts, budget_s=deadline.collector_budget(budget_s, started), ctx=ctx,
+                        until=started + budget_s - deadline.AFTER_S)
+    snap.options.update(command_budget_s=budget_s, startup_s=round(startup, 3))
+    last_word = started + budget_s + deadline.LAST_WORD_S - RENDER_S
+    try:
+        with deadline.guard(last_word if guarded else None):
+            from vllmdiag.analysis.bisect import analyze  # loaded while the child collected (warm_analysis)
 
-    report = analyze([snap], wanted)
+            report = analyze([snap], wanted)
+    except deadline.BudgetSpent:
+        return TriageResult(out_of_time(snap, budget_s, "analysis"))
     if watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=opts,
                         ctx=quick_ctx, on_confirm=on_confirm):
-        report = analyze([snap], wanted)
+        try:
+            with deadline.guard(started + max(budget_s, confirm_s) + deadline.LAST_WORD_S - RENDER_S
+                                if guarded else None):
+                report = analyze([snap], wanted)
+        except deadline.BudgetSpent:
+            return TriageResult(out_of_time(snap, max(budget_s, confirm_s), "analysis of the confirm window"))
     return TriageResult(report)
+
+
+RENDER_S = 0.3  # of the last second: what drawing the verdict keeps after analysis
+
+
+def _since(t: float) -> float:
+    return time.monotonic() - t
+
+
+def out_of_time(snap: Snapshot, budget_s: float, phase: str) -> Report:
+    """The verdict when the budget ran out before ``phase`` finished: inconclusive, from what was
+    collected (model classes only: nothing more to import on a starved node)."""
+    from vllmdiag.model import Report, Verdict
+
+    missing = [f"{name} {res.status}" for name, res in sorted(snap.probes.items()) if res.status not in ("ok", "partial")]
+    prio = snap.options.get("priority") or {}
+    why = (f"The {budget_s:g} s budget ran out during the {phase} (the node is starved of CPU: start-up took "
+           f"{snap.options.get('startup_s', '?')} s, collection {snap.duration_s:.1f} s; "
+           f"priority {prio.get('policy', 'unknown')})" + (f"; probes not complete: {', '.join(missing)}" if missing else "")
+           + ".")
+    fix = ("Re-run with a larger --budget (e.g. --budget 30), as root so vllmdiag can take SCHED_FIFO for its short "
+           "life (or under `chrt -f 10`), or from outside a CPU-throttled pod (see README, Kubernetes).")
+    verdict = Verdict(status="inconclusive", summary="Inconclusive: " + why, evidence=[why], confidence="low",
+                      next_steps=[fix])
+    return Report(verdict=verdict, deployments=[], findings=[], snapshots=[snap])
 
 
 def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, started: float,
@@ -108,13 +152,20 @@ def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, starte
 
 
 def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
-                      budget_s: float = DEFAULT_BUDGET_S, confirm_s: float = 0.0) -> Snapshot:
+                      budget_s: float = DEFAULT_BUDGET_S, confirm_s: float = 0.0,
+                      origin: float | None = None) -> Snapshot:
     """``vllmdiag collect [--confirm S]``: the node's snapshot, with triage's confirm window when its
     quick pass sees work in flight and nothing moving (a sweep's nodes watch in parallel, each on its
     own). A healthy node pays one analysis of its own snapshot; a node without the rules (a --ship
     bundle lacking PyYAML) keeps the quick pass and says why."""
-    started = time.monotonic()  # as in triage: the window counts from the start, the quick pass included
-    snap = collect_node(probes=probes, options=options, budget_s=budget_s)
+    from vllmdiag import deadline
+
+    # As in triage: the budget and the window count from ``origin`` (the CLI: its process's start).
+    started = time.monotonic() if origin is None else origin
+    startup = _since(started)
+    snap = collect_node(probes=probes, options=options, budget_s=deadline.collector_budget(budget_s, started),
+                        until=started + budget_s - deadline.AFTER_S)
+    snap.options.update(command_budget_s=budget_s, startup_s=round(startup, 3))
     if confirm_s <= 0:
         return snap
     try:
@@ -130,11 +181,12 @@ def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any
 
 
 def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
-                 budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None) -> Snapshot:
+                 budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, until: float | None = None) -> Snapshot:
     """One node's snapshot as triage and ``vllmdiag collect`` take it: the quick pass, then a second
     stack dump of the few processes whose picture would be a hang if it held (costs nothing when
     nothing looks odd). The choice of those pids is analysis; a node without it (a --ship bundle
-    lacking the rules) keeps the quick pass alone."""
+    lacking the rules) keeps the quick pass alone. ``until``: the resample must end by then (the
+    command's budget), else it is skipped and the snapshot says so."""
     from vllmdiag import second_look
 
     quick_ctx = second_look.fresh_context(ctx)
@@ -150,7 +202,15 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
         snap.options["resample"] = f"skipped: {type(exc).__name__}: {exc}"
         return snap
     if again:
-        second_look.resample(snap, again, collect, dict(options or {}), quick_ctx, time.monotonic() - done_at)
+        from vllmdiag.hardstop import GRACE_S
+
+        left = second_look.PASS_BUDGET_S if until is None else \
+            until - time.monotonic() - max(0.0, second_look.SETTLE_S - (time.monotonic() - done_at)) - GRACE_S
+        if left < second_look.MIN_RESAMPLE_S:
+            snap.options["resample"] = f"skipped: {max(0.0, left):.1f} s of the budget left for it"
+            return snap
+        second_look.resample(snap, again, collect, dict(options or {}), quick_ctx, time.monotonic() - done_at,
+                         budget_s=min(second_look.PASS_BUDGET_S, left))
     return snap
 
 

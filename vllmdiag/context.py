@@ -36,6 +36,7 @@ class Context:
     title_prefix: str = field(default_factory=lambda: os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM"))
     options: dict[str, Any] = field(default_factory=dict)
     deadline: float = field(default_factory=lambda: time.monotonic() + 10.0)
+    stretch: float = 1.0  # per-probe deadlines x this (the runner: budget / default budget, at least 1)
     _results: dict[str, ProbeResult] = field(default_factory=dict)
     _results_lock: threading.Lock = field(default_factory=threading.Lock)
     _others_done: threading.Event = field(default_factory=threading.Event)

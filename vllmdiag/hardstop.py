@@ -99,6 +99,11 @@ def _child(wfd: int, run: Any, ctx: Context, limits: dict[int, int] | None = Non
         os.setsid()  # our session: the parent finds every process we start by its session id
         for which, value in (limits or {}).items():
             _lower_limit(which, value)
+        # Before any probe thread starts (the class is per thread, inherited by what it starts): a
+        # CLI that boosted itself passes its own state on; a resident watcher's triage boosts here.
+        from vllmdiag import priority
+
+        prio = priority.boost(bool(ctx.options.get("boost", True)))
         lock = threading.Lock()
 
         def emit(obj: dict[str, Any]) -> None:
@@ -111,7 +116,9 @@ def _child(wfd: int, run: Any, ctx: Context, limits: dict[int, int] | None = Non
         # Plain dicts straight to the C encoder (ProbeResult.to_dict's asdict copies every nested value).
         ctx.on_record = lambda name, res: emit({"probe": name, "status": res.status, "duration_s": res.duration_s,
                                                 "reason": res.reason, "data": res.data})
+        emit({"priority": prio})
         snap = run()
+        snap.options["priority"] = prio
         # A probe abandoned at its deadline may have left a subprocess (py-spy on a D-state target):
         # nothing we started outlives the collection, and a target its kill left stopped is resumed.
         end_processes(own_children())
@@ -158,6 +165,7 @@ def _assemble(raw: bytes, killed: bool, all_names: Callable[[], list[str]], ctx:
     results: dict[str, ProbeResult] = {}
     error = None
     done: dict[str, Any] | None = None
+    prio: Any = None
     for line in raw.splitlines():
         try:
             obj = json.loads(line)
@@ -165,6 +173,8 @@ def _assemble(raw: bytes, killed: bool, all_names: Callable[[], list[str]], ctx:
                 results[str(obj["probe"])] = ProbeResult.from_dict(obj, "collector")
             elif "done" in obj and not killed:
                 done = obj["done"]
+            elif "priority" in obj:
+                prio = obj["priority"]
             elif "error" in obj:
                 error = str(obj["error"])
         except (ValueError, TypeError, KeyError, AttributeError, SnapshotError):
@@ -177,10 +187,12 @@ def _assemble(raw: bytes, killed: bool, all_names: Callable[[], list[str]], ctx:
     names = all_names()  # the probes that should have answered (a broken probe module raises here, as before)
     for name in names:
         results.setdefault(name, ProbeResult("timeout" if killed else "error", round(elapsed, 4), why))
+    options = {k: v for k, v in ctx.options.items() if isinstance(v, (str, int, float, bool, list, dict))}
+    if prio is not None:
+        options["priority"] = prio
     return Snapshot(node=ctx.options.get("node") or socket.gethostname(), collected_at=started_at,
                     vllmdiag_version=__version__, duration_s=round(elapsed, 4),
-                    probes={n: results[n] for n in names},
-                    options={k: v for k, v in ctx.options.items() if isinstance(v, (str, int, float, bool, list, dict))})
+                    probes={n: results[n] for n in names}, options={**options, "budget_s": budget_s})
 
 
 def _reap(pid: int) -> None:

@@ -38,6 +38,9 @@ def collect_snapshot(
     ctx = ctx or Context()
     start = time.monotonic()
     ctx.deadline = start + budget_s
+    # Per-probe deadlines are sized for the default budget; a larger --budget (a loaded node) widens
+    # them in proportion, or --budget 30 would still end the stacks at 6 s (issue 24).
+    ctx.stretch = max(1.0, (budget_s - float(ctx.options.get("watch_s") or 0.0)) / DEFAULT_BUDGET_S)
     chosen = select(registry if registry is not None else discover(), probes, enable or set())
     results = _run_all(ctx, chosen)
     return Snapshot(
@@ -85,7 +88,7 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
             for name, probe in chosen.items():
                 if done[name].is_set() or name not in started:
                     continue
-                limit = started[name] + probe.spec.timeout_s + (watch_s if probe.spec.sampler else 0.0)
+                limit = started[name] + probe.spec.timeout_s * ctx.stretch + (watch_s if probe.spec.sampler else 0.0)
                 if now >= limit or now >= ctx.deadline:
                     allowed = min(limit - started[name], ctx.deadline - started[name])
                     ctx.record(name, ProbeResult("timeout", round(now - started[name], 4),

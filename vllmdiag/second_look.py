@@ -21,6 +21,7 @@ SETTLE_S = 0.3  # a decode step takes 10-100 ms: a picture still there 0.3 s lat
 PASS_PROBES = ["processes", "shm", "rings", "sockets", "http", "stacks"]
 PASS_GAP_S = 0.5  # between follow-up starts: ~20 passes in a 10 s window
 PASS_BUDGET_S = 3.0
+MIN_RESAMPLE_S = 0.3  # a resample's collector needs this much to start py-spy and read a few stacks
 MIN_PASS_S = 0.5  # a shorter pass sees too little (rings sample every 0.1 s, HTTP twice 0.2 s apart)
 KEEP_PROBES = ("processes", "rings", "http", "stacks", "nvml")  # what progress reads; the rest is dropped
 KEEP_PROC_KEYS = ("pid", "ppid", "pgid", "role", "name", "ranks", "state", "titled", "title", "comm", "cpu_user_s",
@@ -37,7 +38,7 @@ def fresh_context(ctx: Context | None) -> Context | None:
 
 
 def resample(snap: Snapshot, pids: list[int], collect: Collect, options: dict[str, Any], ctx: Context | None,
-             waited_s: float) -> None:
+             waited_s: float, budget_s: float = PASS_BUDGET_S) -> None:
     """Dump ``pids`` again and store each dump as the ``resample`` of the first pass's dump."""
     by_pid = {d.get("pid"): d for d in snap.data("stacks").get("dumps", []) if isinstance(d, dict)}
     pids = [p for p in pids if p in by_pid]
@@ -45,7 +46,7 @@ def resample(snap: Snapshot, pids: list[int], collect: Collect, options: dict[st
         return
     time.sleep(max(0.0, SETTLE_S - waited_s))
     start = time.monotonic()
-    again = collect(probes=["stacks"], options={**pass_options(options), "stack_pids": pids}, budget_s=PASS_BUDGET_S,
+    again = collect(probes=["stacks"], options={**pass_options(options), "stack_pids": pids}, budget_s=budget_s,
                     ctx=fresh_context(ctx))
     after = round(max(SETTLE_S, waited_s) + (time.monotonic() - start) / 2, 3)
     for d in again.data("stacks").get("dumps", []):

@@ -73,7 +73,7 @@ def to_model(snapshot: Snapshot, judged: list[Judged]) -> list[DeploymentReport]
 
 def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = None) -> Verdict:
     from vllmdiag.analysis.verdict_writer import write_verdict
-    from vllmdiag.analysis.views.coverage import FIX, gaps
+    from vllmdiag.analysis.views.coverage import gaps
 
     blocking = [f for f in findings if f.blocking]
     if blocking:
@@ -88,7 +88,12 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
         if warnings[0].evidence.get("out_of_view"):  # its culprit runs beyond this node's view (P/D producer)
             verdict.confidence = "medium"
         return verdict
-    blind = _blind_spots(snapshot) + gaps(snapshot, pids or set())
+    progress = next((f for f in findings if f.code == "gpu.progress"), None)
+    seen = progress.evidence if progress is not None else {}
+    # Work seen moving is healthy even when another probe (stacks) timed out: say which one was missing.
+    moved = bool(seen.get("moved"))
+    missing = _blind_spots(snapshot, ("stacks",))
+    blind = _blind_spots(snapshot, ("processes",)) + gaps(snapshot, pids or set()) + ([] if moved else missing)
     beyond = [f for f in findings if f.evidence.get("out_of_view")]  # part of it runs on another node
     if beyond and not blind:
         from vllmdiag.analysis.verdict_writer import write_verdict
@@ -98,11 +103,33 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
         return verdict
     if blind:
         return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
-                       + "; ".join(blind), evidence=blind, confidence="low", next_steps=[FIX])
+                       + "; ".join(blind), evidence=blind, confidence="low", next_steps=[_fix(blind)])
+    unseen = [str(b) for b in seen.get("blind") or []]
+    if not moved and unseen:  # a probe that saw nothing never supports "idle", "drained", "no step under way"
+        why = f"{snapshot.node}: nothing seen moving and idle cannot be told from stuck: " + "; ".join(unseen)
+        return Verdict(status="inconclusive", summary="Inconclusive: " + why + ".", evidence=[why], confidence="low",
+                       next_steps=[_fix(unseen)])
     # Say what was seen: "moving" only when something moved, "idle" when nothing was in flight.
-    progress = next((f.message for f in findings if f.code == "gpu.progress"), None)
-    return Verdict(status="healthy", summary="Healthy: processes alive, ranks agree. "
-                   + (progress or "Progress not judged: no stacks, rings or metrics of it were sampled."))
+    summary = "Healthy: processes alive, ranks agree. " + (
+        progress.message if progress is not None else "Progress not judged: no stacks, rings or metrics of it were sampled.")
+    not_seen = missing + [u for u in unseen if not u.startswith("stacks")] if moved else []
+    if not_seen:
+        summary += " Not seen (not needed: work was seen moving): " + "; ".join(not_seen) + "."
+    return Verdict(status="healthy", summary=summary, evidence=not_seen)
+
+
+TIMEOUT_FIX = ("The node is short of CPU (or a probe was slow): re-run with a larger --budget (e.g. --budget 30), "
+               "as root (vllmdiag then takes SCHED_FIFO for its short life) or under `chrt -f 10`, or from outside a "
+               "CPU-throttled pod (README: Kubernetes).")
+
+
+def _fix(blind: list[str]) -> str:
+    """The fix for what could not be seen: time (a loaded node) or permission."""
+    from vllmdiag.analysis.views.coverage import FIX
+
+    timed = any(" timeout" in b or "budget" in b for b in blind)
+    denied = any(("ermission" in b or "ptrace" in b or "denied" in b) for b in blind)
+    return FIX if denied and not timed else f"{FIX} {TIMEOUT_FIX}" if denied else TIMEOUT_FIX
 
 
 def overall(snapshots: list[Snapshot], reports: list[Judged], findings: list[Finding]) -> Verdict:

@@ -26,6 +26,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["triage"], ["gate"]):  # (collect: in cli.collect.main, the shipped bundle's door too)
+        # First, before any thread: the commands that look at a node take CPU on a saturated one
+        # (vllmdiag/priority.py says why this cannot hurt the target).
+        from vllmdiag.priority import boost
+
+        boost("--no-boost" not in argv)
     if argv[:1] == ["collect"] and not {"-h", "--help"} & set(argv[1:]):
         # Fast path without typer/rich: collect is what every node of a sweep runs.
         from vllmdiag.cli.collect import main as collect_main
@@ -153,11 +159,13 @@ def _collect_passthrough(**given: Any) -> int:
 
 def triage_command(**given: Any) -> int:
     """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
+    from vllmdiag import deadline
     from vllmdiag.api import triage
 
     o = with_defaults(TRIAGE, given)  # the options as declared in cli/options.py (typer passes them all)
     budget, watch, confirm, native, nonblocking = o["budget"], o["watch"], o["confirm"], o["native"], o["nonblocking"]
     report, json_out = o["report"], o["json_out"]
+    origin = deadline.process_start()  # the budget is the whole command's: interpreter start included
 
     if not 0.2 <= budget <= 600:
         raise BadInput("--budget must be between 0.2 and 600 seconds")
@@ -172,6 +180,8 @@ def triage_command(**given: Any) -> int:
 
     options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": o["nccl_ras"],
                                "probe_request": o["probe_request"], **opt_in(o["enable"] or [])}
+    if o["no_boost"]:
+        options["boost"] = False
     if watch:
         options["watch_s"] = watch
     from vllmdiag.cli.progress_line import WatchBar
@@ -179,8 +189,9 @@ def triage_command(**given: Any) -> int:
     _verbose(o["verbose"])
     with _confirm_bar() as tick, WatchBar(watch, enabled=sys.stderr.isatty() and not json_out) as bar:
         result = triage(pids=o["pid"], probes=o["probe"], options=options, budget_s=budget + watch, confirm_s=confirm,
-                        on_confirm=bar.chain(tick))
-    return emit(result, json_out, report, o["save"])
+                        on_confirm=bar.chain(tick), origin=origin)
+    window = confirm if any(s.options.get("confirm") for s in result.report.snapshots) else 0.0
+    return emit(result, json_out, report, o["save"], by=origin + max(budget + watch, window) + deadline.LAST_WORD_S - 0.05)
 
 
 def _verbose(on: bool) -> None:

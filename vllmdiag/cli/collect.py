@@ -29,6 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    from vllmdiag.deadline import process_start
+    from vllmdiag.priority import boost
+
+    origin = process_start()  # the budget is the whole command's: interpreter start included
+    boost("--no-boost" not in argv)  # before any thread (vllmdiag/priority.py: why it cannot hurt the target)
     args = build_parser().parse_args(argv)
     if not 0.2 <= args.budget <= 600:
         sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
@@ -45,9 +50,12 @@ def main(argv: list[str]) -> int:
         options["pids"] = args.pid
     if args.node:
         options["node"] = args.node
+    if args.no_boost:
+        options["boost"] = False
     try:
         options.update(opt_in(args.enable or []))
-        snap = collect(probes=args.probe, options=options, budget_s=args.budget, confirm_s=args.confirm)
+        snap = collect(probes=args.probe, options=options, budget_s=args.budget, confirm_s=args.confirm,
+                       origin=origin)
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {exc}\n")
         return exc.exit_code

@@ -35,9 +35,10 @@ def gate_command(
         sys.stdout.write(DEFAULT_YAML)
         return 0
     cfg = load_config(config).with_tp(tp)
+    from vllmdiag.deadline import process_start
     from vllmdiag.gate.run import run_gate, validate_url
 
-    node = run_gate(cfg, validate_url(url))
+    node = run_gate(cfg, validate_url(url), origin=process_start())
     if json_out:
         payload = {"schema_version": 1, "config": {"source": cfg.source, "tp": cfg.tp},
                    "gate": node.to_dict(with_snapshot=False),

@@ -48,9 +48,11 @@ WATCH = Option(("--watch",), "watch", float, "observe this many seconds and repo
 CONFIRM = Option(("--confirm",), "confirm", float, "when work is in flight and nothing moved, keep watching up to "
                  "this many seconds before calling it a hang (0 = off)", 10.0, metavar="S")
 VERBOSE = Option(("-v", "--verbose"), "verbose", bool, "show every row (healthy ones are folded by default)", False)
+NO_BOOST = Option(("--no-boost",), "no_boost", bool, "keep normal scheduling priority (default as root: SCHED_FIFO "
+                  "for the command's short life; VLLMDIAG_BOOST=0 too)", False)
 
 TRIAGE: tuple[Option, ...] = (JSON, SAVE, REPORT, PID, PROBE, BUDGET, NATIVE, NONBLOCKING, NCCL_RAS, PROBE_REQUEST,
-                              ENABLE, WATCH, CONFIRM, VERBOSE)
+                              ENABLE, WATCH, CONFIRM, VERBOSE, NO_BOOST)
 COLLECT: tuple[Option, ...] = (
     JSON.but(help="print the snapshot as JSON (default when --out is not given)"),
     Option(("--out",), "out", Path, "write the snapshot to this file"),
@@ -59,6 +61,7 @@ COLLECT: tuple[Option, ...] = (
     ENABLE, CONFIRM.but(default=0.0, help="when work is in flight and nothing moved, keep watching up to S seconds "
                         "(as triage; 0 = off)"),
     Option(("--node",), "node", str, "node name to record (default: hostname)"),
+    NO_BOOST.but(help="keep normal scheduling priority (default as root: SCHED_FIFO for the collection's short life)"),
 )
 
 

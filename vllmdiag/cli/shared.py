@@ -21,17 +21,37 @@ def arg(help: str) -> Any:
     return typer.Argument(help=help, show_default=False)
 
 
-def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None = None) -> int:
+def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None = None,
+         by: float | None = None) -> int:
     """Print a triage/analyze/sweep result (JSON or rich), write --save/--report files, return the exit code.
 
     The verdict is printed first: a file that cannot be written (a directory, a full disk, a
-    symlink we refuse to follow) is one line and exit 2 after it, never a lost verdict."""
-    if as_json:
-        sys.stdout.write(result.to_json() + "\n")
-    else:
-        from vllmdiag.render.screen import draw
+    symlink we refuse to follow) is one line and exit 2 after it, never a lost verdict. ``by``
+    (monotonic): a view not drawn by then gives way to the verdict's one plain line (a starved node)."""
+    from vllmdiag.deadline import BudgetSpent, guard
 
-        draw(result.report)
+    if as_json:
+        try:
+            with guard(by):
+                text = result.to_json()
+        except BudgetSpent:  # the verdict alone, still the JSON contract's shape
+            import json
+
+            text = json.dumps({"schema_version": 1, "verdict": result.report.verdict.to_dict(), "cut": "the budget "
+                               "ran out while writing the full report; a larger --budget gives all of it"})
+        sys.stdout.write(text + "\n")
+    else:
+        try:
+            with guard(by):
+                from vllmdiag.render.screen import draw
+
+                draw(result.report)
+        except BudgetSpent:
+            from vllmdiag.render.safe import clean
+
+            v = result.report.verdict
+            sys.stdout.write(f"\nvllmdiag: {clean(v.status)}: {clean(v.summary)} (the full view was cut: the budget "
+                             "ran out while drawing it; --json or a larger --budget shows all)\n")
     from vllmdiag.outfile import OutputError, write_output
 
     errors: list[OutputError] = []

@@ -43,7 +43,8 @@ def gate_options(cfg: GateConfig, url: str | None) -> dict[str, Any]:
     return opts
 
 
-def collect_for_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None) -> Snapshot:
+def collect_for_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None,
+                     origin: float | None = None) -> Snapshot:
     ctx = ctx or Context()
     ctx.options.update(gate_options(cfg, url))
     registry = dict(discover())
@@ -56,13 +57,19 @@ def collect_for_gate(cfg: GateConfig, url: str | None = None, ctx: Context | Non
         budget = max(budget, spec.timeout_s + 0.5)
     from vllmdiag.hardstop import collect_bounded  # the budget is a hard promise here too (issue 15 item 2)
 
+    if origin is not None:  # the CLI: the budget counts from the process's start (issue 24)
+        from vllmdiag.deadline import collector_budget
+
+        budget = collector_budget(budget, origin)
     return collect_bounded(ctx, probes=names, registry=registry, budget_s=budget)
 
 
-def run_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None) -> NodeGateResult:
-    """The whole node gate: collect, then every check. Never raises for what it finds."""
+def run_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None,
+             origin: float | None = None) -> NodeGateResult:
+    """The whole node gate: collect, then every check. Never raises for what it finds. ``origin``:
+    where the budget counts from (the CLI: its process's start); default the collection's start."""
     start = time.monotonic()
-    snap = collect_for_gate(cfg, validate_url(url), ctx)
+    snap = collect_for_gate(cfg, validate_url(url), ctx, origin)
     return NodeGateResult(snap.node, evaluate(snap, cfg), snap, time.monotonic() - start)
 
 

@@ -58,7 +58,7 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     if targets and len(blocked) == len(targets):
         raise Skip(next(iter(blocked.values())))
     mode = "native" if native else "nonblocking" if nonblocking else "blocking"
-    end = min(ctx.deadline, time.monotonic() + SPEC.timeout_s) - RESERVE_S  # the watchdog's limit, less the reserve
+    end = min(ctx.deadline, time.monotonic() + SPEC.timeout_s * ctx.stretch) - RESERVE_S  # the watchdog's limit, less the reserve
     # One py-spy per process, one per core at once: a slow or stuck target holds only its own slot.
     cores = os.cpu_count() or 1
     workers = max(1, min(len(targets), cores, MAX_PARALLEL))
@@ -101,7 +101,7 @@ def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str,
     for root in roots:
         argv = [exe, "dump", "--subprocesses", "--pid", str(root)] + (["--nonblocking"] if mode == "nonblocking" else [])
         ours: set[int] = set()
-        timeout = min(DUMP_TIMEOUT_S, max(0.2, ctx.remaining() - 1.0), time_left(ctx, end))
+        timeout = min(DUMP_TIMEOUT_S * ctx.stretch, max(0.2, ctx.remaining() - 1.0), time_left(ctx, end))
         if timeout < MIN_DUMP_S:
             break  # what is left goes to the per-process path, which records each target's timeout
         res = ctx.run(argv, timeout, on_timeout=_tracing(ctx, pids, ours))
@@ -221,7 +221,7 @@ def dump_one(ctx: Context, exe: str, pid: int, mode: str, end: float | None = No
     if before is None or before in ("Z", "X"):
         return {**out, "status": "skipped", "reason": "process gone" if before is None else "zombie: nothing to dump",
                 "duration_s": 0.0}
-    argv, timeout = [exe, "dump", "--json", "--pid", str(pid)], DUMP_TIMEOUT_S
+    argv, timeout = [exe, "dump", "--json", "--pid", str(pid)], DUMP_TIMEOUT_S * ctx.stretch
     if before in ("T", "t", "D"):
         mode, timeout = "nonblocking", STOPPED_TIMEOUT_S
     timeout = min(timeout, time_left(ctx, end))

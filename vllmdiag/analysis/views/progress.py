@@ -61,6 +61,9 @@ class Progress:
     window_s: float = 0.0
     in_flight: list[str] = field(default_factory=list)  # what says work is in flight
     passes: int = 1
+    # Probes that could not look (timed out, skipped, failed) at what "in flight" and "moved" read:
+    # they never support "idle", "drained" or "no step under way" (issue 24).
+    blind: list[str] = field(default_factory=list)
     cpu_s: dict[int, float] = field(default_factory=dict)  # pid -> CPU seconds used over the window
     # pid -> every stack look at it (not serialized): the shape rules read them without classifying again
     observations: dict[int, list[Observation]] = field(default_factory=dict, repr=False, compare=False)
@@ -68,7 +71,7 @@ class Progress:
     def to_dict(self) -> dict[str, Any]:
         return {"deployment": self.deployment_id, "work_in_flight": self.work_in_flight, "moved": self.moved,
                 "moved_what": self.moved_what, "still": self.still, "window_s": self.window_s,
-                "in_flight": self.in_flight, "passes": self.passes,
+                "in_flight": self.in_flight, "passes": self.passes, "blind": self.blind,
                 "cpu_s": {str(k): v for k, v in sorted(self.cpu_s.items())}}
 
 
@@ -96,10 +99,40 @@ def _one(passes: list[Snapshot], dep: Deployment, window: float) -> Progress:
     _rings(passes, dep, p)
     _stacks(passes, dep, p)
     _script_output(passes, dep, p)
+    p.blind = blind_probes(passes, dep)
     p.cpu_s = _cpu(passes, dep)
     p.work_in_flight = bool(p.in_flight)
     p.moved = bool(p.moved_what)
     return p
+
+
+# ---- what could not be seen --------------------------------------------------------------------
+# What progress reads, and the statuses that mean it saw nothing: `http` skips on its own finding
+# (no API server process), which is a fact, not blindness; rings skip when shm did not list.
+PROGRESS_PROBES = {"stacks": ("timeout", "error", "skipped"), "rings": ("timeout", "error", "skipped"),
+                   "http": ("timeout", "error")}
+
+
+def blind_probes(passes: list[Snapshot], dep: Deployment) -> list[str]:
+    """"probe status (reason)" for each progress probe that saw nothing in every pass that ran it; for
+    stacks also when no compute process of this deployment was dumped (each dump timed out)."""
+    out = []
+    for name, bad in PROGRESS_PROBES.items():
+        ran = [s.probes[name] for s in passes if name in s.probes]
+        if ran and all(r.status in bad for r in ran):
+            first, cause = ran[0], passes[0].probes.get("shm") if name == "rings" else None
+            because = f"; shm {cause.status}: {cause.reason}" if cause is not None and cause.status not in ("ok", "partial") \
+                else ""
+            out.append(f"{name} {first.status}" + (f" ({first.reason}{because})" if first.reason else ""))
+    if not any(o.startswith("stacks ") for o in out):
+        compute = {q["pid"] for q in dep.processes if role_of(q) in COMPUTE_ROLES}
+        dumps = [d for s in passes for d in s.data("stacks").get("dumps", []) or []
+                 if isinstance(d, dict) and d.get("pid") in compute]
+        if dumps and not any(d.get("status") == "ok" for d in dumps):
+            reason = next((str(d.get("reason")) for d in dumps if d.get("reason")), "")
+            out.append(f"stacks of the EngineCore and workers not read ({dumps[0].get('status')}"
+                       + (f": {reason}" if reason else "") + ")")
+    return out
 
 
 # ---- window ------------------------------------------------------------------------------------
@@ -249,7 +282,7 @@ def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
             continue
         if all(sc.name in POLLING for sc, _, _ in obs):
             still.append(f"{names.get(pid, pid)} only polled the KV connector ({last.label})")
-        elif len({sig for _, sig, _ in obs}) > 1:
+        elif not all(same_place(obs[0][1], sig) for _, sig, _ in obs[1:]):
             moved.append(str(names.get(pid, pid)))
         elif last.name in STEP_CLASSES:
             still.append(f"{names.get(pid, pid)} held {last.label} at {last.where}")
@@ -258,6 +291,24 @@ def _stacks(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
     p.still += still
     if busy:
         p.in_flight.append("in a step: " + ", ".join(busy[:8]) + (" ..." if len(busy) > 8 else ""))
+
+
+def same_place(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Two stop signatures (class, frames innermost first) of one process stand in the same place when
+    they differ only inside the innermost function the shorter one reached: a polling loop (``while
+    not ready: check(); time.sleep(0.05)``, a real hang's shape too) is at another line of that
+    function, or one call deeper, on every look, yet never leaves it. Seen on a real vLLM worker held
+    in such a loop under load: each look caught another line and "stacks changed" called it moving."""
+    if a == b:
+        return True
+    if a[0] != b[0] or not a[1] or not b[1]:
+        return False
+    short, long = (a[1], b[1]) if len(a[1]) <= len(b[1]) else (b[1], a[1])
+    k = len(short)
+    if tuple(short[1:]) != tuple(long[len(long) - k + 1:]):  # the callers, aligned from the outermost
+        return False
+    inner, there = short[0], long[len(long) - k]
+    return bool(inner[0] == there[0] and inner[1] == there[1])  # same function, any line or callee
 
 
 def _short(proc: dict[str, Any]) -> str:

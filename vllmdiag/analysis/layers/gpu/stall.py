@@ -265,7 +265,9 @@ def _nvml_picture(pids: list[int], gpus: dict[int, dict[str, Any]]) -> tuple[dic
 
 # ---- healthy wording ---------------------------------------------------------------------------
 def _progress_info(snap: Snapshot, dep: Deployment, p: Progress) -> Finding:
-    if not p.work_in_flight:
+    if not p.work_in_flight and p.blind and not p.moved:  # a probe that saw nothing never says "idle"
+        msg = f"No work in flight seen, but idle cannot be told from stuck: {'; '.join(p.blind)}."
+    elif not p.work_in_flight:
         msg = "Idle: no work in flight (no request running or waiting, rings drained, no step under way)."
     elif not p.moved and is_stalled(p) and p.window_s >= SEEN_ONCE_S:  # waits_for_kv: the queue layer says why
         msg = f"Work in flight ({'; '.join(p.in_flight)}) and nothing moved in {p.window_s:.1f} s: " + "; ".join(p.still[:4])

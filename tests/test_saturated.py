@@ -1,0 +1,125 @@
+"""A node on fire (issue 24): the budget counts from the process's start, per-probe deadlines follow
+--budget, analysis cannot run past budget + 1 s, and the tool's own scheduling priority (SCHED_FIFO as
+root, inherited by the collector and every child it starts; never the target's) is said in the snapshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.context import Context
+from vllmdiag.hardstop import collect_bounded
+from vllmdiag.probe import ProbeSpec
+from vllmdiag.registry import Probe
+from vllmdiag.runner import collect_snapshot
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root (CAP_SYS_NICE)")
+
+
+def _py(code: str, env: dict[str, str] | None = None) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env=env or ENV)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_process_start_counts_the_time_before_the_first_import() -> None:
+    age = float(_py("import time; time.sleep(0.6)\nfrom vllmdiag.deadline import process_start\n"
+                    "print(time.monotonic() - process_start())"))
+    assert age >= 0.55
+
+
+def _policy_probe(ctx: Context) -> dict[str, Any]:
+    res = ctx.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"], 30)
+    return {"child_policy": int(res.stdout.strip()), "collector_policy": os.sched_getscheduler(0)}
+
+
+@needs_root
+def test_the_collector_and_its_children_run_sched_fifo_and_the_caller_does_not() -> None:
+    registry = {"policy": Probe(ProbeSpec(name="policy", layer="host", description="policy", timeout_s=5.0),
+                                _policy_probe)}
+    before = os.sched_getscheduler(0)
+    snap = collect_bounded(Context(), probes=["policy"], registry=registry, budget_s=10)
+    assert os.sched_getscheduler(0) == before == os.SCHED_OTHER  # a resident caller (watch) keeps its class
+    data = snap.probes["policy"].data
+    if snap.options["priority"]["policy"] != "SCHED_FIFO":
+        pytest.skip(f"SCHED_FIFO refused here: {snap.options['priority']}")
+    assert data == {"child_policy": os.SCHED_FIFO, "collector_policy": os.SCHED_FIFO}
+
+
+@needs_root
+def test_no_boost_and_the_environment_variable_keep_normal_priority() -> None:
+    registry = {"policy": Probe(ProbeSpec(name="policy", layer="host", description="policy", timeout_s=5.0),
+                                _policy_probe)}
+    ctx = Context(options={"boost": False})
+    snap = collect_bounded(ctx, probes=["policy"], registry=registry, budget_s=10)
+    assert snap.probes["policy"].data["child_policy"] == os.SCHED_OTHER
+    assert snap.options["priority"] == {"policy": "SCHED_OTHER", "why": "--no-boost"}
+    out = subprocess.run([sys.executable, "-m", "vllmdiag", "collect", "--json", "--probe", "host"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT, env={**ENV, "VLLMDIAG_BOOST": "0"})
+    assert json.loads(out.stdout)["options"]["priority"]["why"] == "VLLMDIAG_BOOST=0"
+
+
+def test_without_rt_throttling_it_never_takes_sched_fifo(tmp_path: Path) -> None:
+    runtime = tmp_path / "sched_rt_runtime_us"
+    runtime.write_text("-1\n")
+    got = json.loads(_py(f"import json, os\nimport vllmdiag.priority as p\np.RT_RUNTIME = {str(runtime)!r}\n"
+                         "s = p.boost()\ns['now'] = os.sched_getscheduler(0)\nprint(json.dumps(s))"))
+    assert got["policy"] == "SCHED_OTHER" and got["now"] == os.SCHED_OTHER and "sched_rt_runtime_us=-1" in got["why"]
+
+
+def _sleeper(seconds: float) -> Probe:
+    def collect(ctx: Context) -> dict[str, Any]:
+        time.sleep(seconds)
+        return {"slept": seconds}
+    return Probe(ProbeSpec(name="slow", layer="host", description="slow", timeout_s=0.3), collect)
+
+
+def test_per_probe_deadlines_grow_with_the_budget() -> None:
+    assert collect_snapshot(Context(), probes=["slow"], registry={"slow": _sleeper(0.6)},
+                            budget_s=8).probes["slow"].status == "timeout"
+    assert collect_snapshot(Context(), probes=["slow"], registry={"slow": _sleeper(0.6)},
+                            budget_s=24).probes["slow"].status == "ok"  # 0.3 s x 24/8
+
+
+def test_analysis_past_the_budget_gives_way_to_an_inconclusive_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllmdiag.analysis.bisect as engine
+    from vllmdiag.api import triage
+
+    monkeypatch.setattr(engine, "analyze", lambda *a, **k: time.sleep(30))  # a starved or runaway analysis
+    origin = time.monotonic()
+    result = triage(probes=["processes"], budget_s=1.0, confirm_s=0, origin=origin)
+    took = time.monotonic() - origin
+    v = result.report.verdict
+    assert v.status == "inconclusive" and "ran out during the analysis" in v.summary and result.exit_code == 4
+    assert any("--budget" in s for s in v.next_steps)
+    assert took < 1.0 + 1.0 + 2.5, f"{took:.1f} s"  # budget + 1 s, + slack for a loaded 2-core machine
+
+
+def test_a_report_written_past_the_budget_gives_way_to_the_verdict_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    from test_progress import _snap
+
+    from vllmdiag.analysis.bisect import analyze
+    from vllmdiag.api import TriageResult
+    from vllmdiag.cli.shared import emit
+
+    class Slow(TriageResult):
+        def to_json(self) -> str:
+            time.sleep(5)  # a starved node: the full report takes longer than the budget left
+            return "{}"
+
+    result = Slow(analyze([_snap("a")]))
+    start = time.monotonic()
+    code = emit(result, True, None, by=start + 0.2)
+    out = json.loads(capsys.readouterr().out)
+    assert time.monotonic() - start < 0.2 + 2.5 and code == 0  # never the 5 s the full report would take
+    assert out["verdict"]["status"] == "healthy" and "budget" in out["cut"]
