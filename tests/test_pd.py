@@ -207,3 +207,23 @@ def test_nixl_counters_are_read_when_exported_and_named_in_the_finding() -> None
     first["kv_failed_transfers"], last["kv_failed_transfers"] = 1.0, 3.0
     v = analyze([snap]).verdict
     assert "NIXL counts completed transfers 40, failed transfers 1 -> 3" in v.summary, v.summary
+
+
+@needs_root
+def test_empty_steps_of_a_decode_instance_waiting_for_kv_are_not_movement() -> None:
+    """At TP=2 the rpc ring's flags change on every 0-token step: the quick pass saw them "move" and
+    called the deployment healthy, so the confirm window never opened (the accuracy matrix under a CPU
+    hog). Polling is no movement: only a counter would be."""
+    from vllmdiag.analysis.views.deployments import find_deployments
+    from vllmdiag.analysis.views.progress import all_passes, deployment_progress
+    from vllmdiag.api import collect_node
+
+    sim = pytest.importorskip("vllmdiag_sim.deployment")
+    with sim.Deployment.up(tp=2, fault="kv-wait", shape="pd") as dep:
+        for _ in range(3):
+            snap = collect_node(options={"pids": [dep.root_pid]}, budget_s=8)
+            mine = [d for d in find_deployments(snap) if d.root_pid == dep.root_pid]
+            progress = deployment_progress(all_passes(snap), mine)[0]
+            assert progress.work_in_flight
+            assert not any(m.startswith(("ring ", "stacks ")) for m in progress.moved_what), progress.moved_what
+            assert not progress.moved, progress.moved_what

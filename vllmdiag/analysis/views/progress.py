@@ -16,6 +16,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllmdiag.analysis.views import kv_transfer
 from vllmdiag.analysis.views.deployments import Deployment, find_deployments, role_of
 from vllmdiag.analysis.views.stack_match import StackClass, call_site, classify_threads, stop_signature, thread_frames
 from vllmdiag.model import Snapshot
@@ -99,11 +100,31 @@ def _one(passes: list[Snapshot], dep: Deployment, window: float) -> Progress:
     _rings(passes, dep, p)
     _stacks(passes, dep, p)
     _script_output(passes, dep, p)
+    _empty_steps_waiting_for_kv(passes, dep, p)
     p.blind = blind_probes(passes, dep)
     p.cpu_s = _cpu(passes, dep)
     p.work_in_flight = bool(p.in_flight)
     p.moved = bool(p.moved_what)
     return p
+
+
+def _empty_steps_waiting_for_kv(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
+    """A P/D decode instance whose requests all wait for remote KV keeps taking 0-token steps (vLLM 0.33
+    core.py, kv_connector_no_forward): the rpc ring's flags and the engine's stack change on every step,
+    yet no request advances. That is polling, not movement (only a counter would be), so the quick pass
+    opens the confirm window instead of calling it healthy (seen under a CPU hog: the ring moved in the
+    0.1 s quick pass, the window never opened and the KV wait went unnamed)."""
+    if not kv_transfer.is_consumer(dep) or not p.moved_what:
+        return
+    samples = [m for s in passes for m in metric_samples(s, dep)]
+    # The picture of one moment (any gap): the window's length is the KV-wait finding's to judge.
+    if len(samples) < 2 or kv_transfer.waiting_for_kv(samples, kv_transfer.MIN_GAP_S, dep.kv_transfer.get("role")) is None:
+        return
+    counters = tuple(k.replace("_", " ") for k in COUNTERS)
+    polled = [m for m in p.moved_what if not m.startswith(counters)]
+    if polled:
+        p.moved_what = [m for m in p.moved_what if m.startswith(counters)]
+        p.still.append("empty steps while every request waits for remote KV (" + "; ".join(polled[:4]) + ")")
 
 
 # ---- what could not be seen --------------------------------------------------------------------
