@@ -116,7 +116,10 @@ def _fail(message: str, code: int) -> int:
 def build_app(argv: list[str] | None = None) -> Any:
     import typer
 
+    # -h as well as --help, on every command and subcommand (click's contexts inherit it): the habit of
+    # kubectl, clush and py-spy users.
     app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      context_settings={"help_option_names": ["-h", "--help"]},
                       help="Read-only diagnostics for hung vLLM deployments.")
 
     @app.callback(invoke_without_command=True)
