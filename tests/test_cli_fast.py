@@ -15,7 +15,8 @@ from vllmdiag.cli.options import with_defaults
 
 TRIAGE = cli.triage_command
 LINES = [[], ["--json"], ["--json", "--pid", "5"], ["--pid", "5", "--pid=7", "-v"], ["--budget", "3.5", "--confirm=0"],
-         ["--save", "s.json", "--report", "r.md", "--watch", "2"], ["--probe", "stacks", "--probe", "rings", "--native"],
+         ["--save", "s.json", "--report", "r.md", "--rates", "2"], ["--watch", "1.5"],
+         ["--probe", "stacks", "--probe", "rings", "--native"],
          ["--nonblocking", "--nccl-ras", "--probe-request", "--enable", "nccl_ras", "--verbose"],
          ["--budget", "1", "--budget", "2"], ["--pid", "1_0"]]
 TYPER_ONLY = [["--help"], ["-h"], ["--pid"], ["--pid", "x"], ["--pid", ""], ["--pid", "-5"], ["--save", "--json"],

@@ -23,3 +23,30 @@ def test_dash_h_prints_help_and_exits_0(command: str) -> None:
     assert done.returncode == 0, done.stderr
     assert "usage" in done.stdout.lower(), done.stdout
     assert "--help" in done.stdout or "-h" in done.stdout
+
+
+def _vllmdiag(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'sim'}", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "vllmdiag", *args], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=ROOT)
+
+
+def test_triage_rates_is_listed_and_the_old_watch_is_not() -> None:
+    out = _vllmdiag("triage", "-h").stdout
+    assert "--rates" in out and "--watch" not in out
+
+
+@pytest.mark.parametrize("spelling", ["--watch", "--watch="])
+def test_triage_watch_still_works_and_says_once_it_is_rates(spelling: str) -> None:
+    args = [spelling + "0.3"] if spelling.endswith("=") else [spelling, "0.3"]
+    done = _vllmdiag("triage", "--json", "--budget", "1", "--confirm", "0", *args)
+    assert done.stderr.count("--watch is now --rates") == 1, done.stderr
+    assert done.returncode in (0, 1, 3, 4), done.stderr  # the node's verdict (no vLLM here: 3), not a usage error
+    assert '"watch_s":0.3' in done.stdout.replace(" ", ""), done.stdout[-300:]  # it observed, as --rates does
+
+
+def test_triage_rates_says_nothing_about_watch() -> None:
+    done = _vllmdiag("triage", "--json", "--budget", "1", "--confirm", "0", "--rates", "0.3")
+    assert "--watch" not in done.stderr and done.returncode in (0, 1, 3, 4), done.stderr
+    bad = _vllmdiag("triage", "--rates", "-1")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") <= 3

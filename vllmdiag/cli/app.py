@@ -169,14 +169,19 @@ def triage_command(**given: Any) -> int:
     from vllmdiag.api import triage
 
     o = with_defaults(TRIAGE, given)  # the options as declared in cli/options.py (typer passes them all)
-    budget, watch, confirm, native, nonblocking = o["budget"], o["watch"], o["confirm"], o["native"], o["nonblocking"]
+    budget, confirm, native, nonblocking = o["budget"], o["confirm"], o["native"], o["nonblocking"]
+    watch = o["rates"]
+    if o["watch"]:  # the deprecated spelling: still works, says so once
+        sys.stderr.write("vllmdiag: triage --watch is now --rates (it observes S seconds and reports rates; "
+                         "the resident watcher is `vllmdiag watch`)\n")
+        watch = watch or o["watch"]
     report, json_out = o["report"], o["json_out"]
     origin = deadline.process_start()  # the budget is the whole command's: interpreter start included
 
     if not 0.2 <= budget <= 600:
         raise BadInput("--budget must be between 0.2 and 600 seconds")
     if not 0 <= watch <= 3600:
-        raise BadInput("--watch must be between 0 and 3600 seconds")
+        raise BadInput("--rates must be between 0 and 3600 seconds")
     if not 0 <= confirm <= 600:
         raise BadInput("--confirm must be between 0 and 600 seconds")
     if native and nonblocking:

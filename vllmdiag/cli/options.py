@@ -23,6 +23,7 @@ class Option(NamedTuple):  # not a dataclass: dataclasses (with inspect) would c
     default: Any = None
     many: bool = False  # repeatable: a list of values
     metavar: str | None = None
+    hidden: bool = False  # read but not listed in --help (a deprecated spelling)
 
     @property
     def flag(self) -> bool:
@@ -44,7 +45,10 @@ NCCL_RAS = Option(("--nccl-ras",), "nccl_ras", bool, "ask NCCL's RAS service onc
 PROBE_REQUEST = Option(("--probe-request",), "probe_request", bool, "send one 1-token completion to the API", False)
 ENABLE = Option(("--enable",), "enable", str, "turn on an opt-in probe by name (repeatable; e.g. nccl_ras, preflight)",
                 many=True, metavar="PROBE")
-WATCH = Option(("--watch",), "watch", float, "observe this many seconds and report rates", 0.0)
+RATES = Option(("--rates",), "rates", float, "observe this many seconds and report rates (rings, tokens/s); "
+               "the resident watcher is `vllmdiag watch`", 0.0, metavar="S")
+# The old name, easily taken for `vllmdiag watch`: still read, says once on stderr that it is --rates now.
+WATCH = Option(("--watch",), "watch", float, "deprecated spelling of --rates", 0.0, hidden=True)
 CONFIRM = Option(("--confirm",), "confirm", float, "when work is in flight and nothing moved, keep watching up to "
                  "this many seconds before calling it a hang (0 = off)", 10.0, metavar="S")
 VERBOSE = Option(("-v", "--verbose"), "verbose", bool, "show every row (healthy ones are folded by default)", False)
@@ -52,7 +56,7 @@ NO_BOOST = Option(("--no-boost",), "no_boost", bool, "keep normal scheduling pri
                   "for the command's short life; VLLMDIAG_BOOST=0 too)", False)
 
 TRIAGE: tuple[Option, ...] = (JSON, SAVE, REPORT, PID, PROBE, BUDGET, NATIVE, NONBLOCKING, NCCL_RAS, PROBE_REQUEST,
-                              ENABLE, WATCH, CONFIRM, VERBOSE, NO_BOOST)
+                              ENABLE, RATES, WATCH, CONFIRM, VERBOSE, NO_BOOST)
 COLLECT: tuple[Option, ...] = (
     JSON.but(help="print the snapshot as JSON (default when --out is not given)"),
     Option(("--out",), "out", Path, "write the snapshot to this file"),
@@ -101,7 +105,8 @@ def typer_command(fn: Callable[..., Any], options: Iterable[Option]) -> Callable
             kind = list[kind] | None
         elif o.default is None:
             kind = kind | None
-        annotation = Annotated[kind, typer.Option(*o.names, help=o.help, metavar=o.metavar)]
+        annotation = Annotated[kind, typer.Option(*o.names, help=o.help, metavar=o.metavar,
+                                                           hidden=o.hidden)]
         params.append(inspect.Parameter(o.param, inspect.Parameter.KEYWORD_ONLY, default=o.default,
                                         annotation=annotation))
         annotations[o.param] = annotation
@@ -119,8 +124,16 @@ def typer_command(fn: Callable[..., Any], options: Iterable[Option]) -> Callable
 def add_to_parser(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:
     for o in options:
         if o.flag:
-            parser.add_argument(*o.names, dest=o.param, action="store_true", help=o.help)
+            parser.add_argument(*o.names, dest=o.param, action="store_true", help=_help(o))
         elif o.many:
-            parser.add_argument(*o.names, dest=o.param, type=o.kind, action="append", metavar=o.metavar, help=o.help)
+            parser.add_argument(*o.names, dest=o.param, type=o.kind, action="append", metavar=o.metavar,
+                                help=_help(o))
         else:
-            parser.add_argument(*o.names, dest=o.param, type=o.kind, default=o.default, metavar=o.metavar, help=o.help)
+            parser.add_argument(*o.names, dest=o.param, type=o.kind, default=o.default, metavar=o.metavar,
+                                help=_help(o))
+
+
+def _help(o: Option) -> str:
+    import argparse
+
+    return argparse.SUPPRESS if o.hidden else o.help

@@ -1,4 +1,4 @@
-"""Live progress on stderr while `triage --watch S` observes: a terminal only (never in --json pipes,
+"""Live progress on stderr while `triage --rates S` observes: a terminal only (never in --json pipes,
 logs or CI output), transient (gone when the verdict prints), and rich is imported only when shown."""
 
 from __future__ import annotations
