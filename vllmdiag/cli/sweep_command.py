@@ -22,6 +22,11 @@ def register(app: Any) -> None:
 def sweep_command(
     nodeset: Annotated[str | None, _arg(help="nodes in ClusterShell syntax, e.g. 'gpu[00-47]' or '@group'")] = None,
     nodes: Annotated[list[str] | None, _opt("-w", help="more nodes (ClusterShell syntax; repeatable)")] = None,
+    exclude: Annotated[list[str] | None, _opt("-x", help="exclude these nodes (ClusterShell syntax, as clush -x; "
+                                              "repeatable)")] = None,
+    user: Annotated[str | None, _opt("-l", help="ssh login user (as clush -l; wins over the inventory's)")] = None,
+    ssh_option: Annotated[list[str] | None, _opt("-o", help="one ssh option, Key=Value (as clush -o; repeatable); "
+                                                 "those that run commands or load config are refused")] = None,
     hostfile: Annotated[Path | None, _opt("--hostfile", help="file with one node (set) per line")] = None,
     inventory: Annotated[Path | None, _opt("--inventory", help="fleet YAML: groups, per-node ssh options")] = None,
     exec_template: Annotated[str | None, _opt("--exec", help="command prefix per node, %h = node: 'kubectl exec %h --'")] = None,
@@ -84,9 +89,12 @@ def sweep_command(
     inv = load_inventory(inventory) if inventory else None
     deadline = started + sweep_timeout if sweep_timeout is not None else None
     names = resolve_nodes([nodeset or "", *(nodes or [])], hostfile, inv, deadline)
+    if exclude:
+        names = _without(names, resolve_nodes(list(exclude), None, inv, deadline))
     resolved_s = time.monotonic() - resolving
     transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
                           ship_python=ship_python, connect_timeout_s=connect_timeout, strict_host_key_checking=strict,
+                          user=user, ssh_options=tuple(ssh_option or ()),
                           probes=tuple(probe or ()), enable=tuple(opt_in(enable or [])),
                           confirm_s=fit_confirm(confirm, timeout, sweep_timeout))
     tree = TreeSpec(tuple(gateway or ()), str(topology) if topology else None) if gateway or topology else None
@@ -108,6 +116,15 @@ def sweep_command(
     if save is not None:
         save_dir(result, save)
     return rc
+
+
+def _without(names: list[str], excluded: list[str]) -> list[str]:
+    """``-x``: the node list less the excluded names; nothing left is a usage error, never an empty sweep."""
+    gone = set(excluded)
+    kept = [n for n in names if n not in gone]
+    if not kept:
+        raise BadInput("-x excludes every node given: nothing to sweep")
+    return kept
 
 
 def _process_start() -> float:

@@ -162,12 +162,36 @@ def _ssh_options(opts: Any, where: str) -> tuple[str, ...]:
         if m is None:
             raise BadInput(f"{where}: ssh option {opt[:80]!r} must be one -oKey=Value string")
         if m.group(1).lower() not in SSH_OPTIONS_ALLOWED:
-            raise BadInput(f"{where}: ssh option {m.group(1)} is not allowed in an inventory (it can run commands "
+            raise BadInput(f"{where}: ssh option {m.group(1)} is not allowed (it can run commands "
                              "or change what ssh loads); allowed: Port, User, IdentityFile, ConnectTimeout, "
                              "StrictHostKeyChecking, UserKnownHostsFile, ProxyJump, ... (see the README)")
         if m.group(2).startswith("-"):
             raise BadInput(f"{where}: ssh option {m.group(1)}: a value must not start with '-'")
     return tuple(opts)
+
+
+# Set by every sweep to keep it from hanging (transport.ssh_options puts them first, and ssh keeps the first
+# value): a `-o` of these would be silently ignored, so it is refused, naming the option that sets it.
+SET_BY_SWEEP = {"connecttimeout": "--connect-timeout", "serveraliveinterval": "vllmdiag (5 s)",
+                "serveralivecountmax": "vllmdiag (2)", "loglevel": "vllmdiag (ERROR)",
+                "stricthostkeychecking": "--strict-host-key-checking"}
+
+
+def cli_ssh_option(text: str) -> str:
+    """``sweep -o OPTION`` (clush's -o): one ssh option, ``Key=Value``, ``Key Value`` or ``-oKey=Value``, as
+    ``-oKey=Value``; the inventory's allow-list applies (nothing that runs a command, loads code or config)."""
+    body = text[2:] if text.startswith("-o") else text
+    key, sep, value = body.strip().partition("=")
+    if not sep:
+        key, _, value = body.strip().partition(" ")
+    key, value = key.strip(), value.strip()
+    if not re.fullmatch(r"[A-Za-z]{1,64}", key) or not value:
+        raise BadInput(f"-o {text[:80]!r}: give one ssh option as Key=Value (e.g. -o Port=2222)")
+    option = f"-o{key}={value}"
+    if key.lower() in SET_BY_SWEEP:
+        raise BadInput(f"-o {key}: set by {SET_BY_SWEEP[key.lower()]}, not by -o")
+    _ssh_options([option], "-o")
+    return option
 
 
 def _mapping(raw: Any, where: str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ import shlex
 from dataclasses import dataclass
 
 from vllmdiag.errors import BadInput
-from vllmdiag.sweep.inventory import STRICT_VALUES, Inventory, NodeConn
+from vllmdiag.sweep.inventory import STRICT_VALUES, Inventory, NodeConn, cli_ssh_option
+from vllmdiag.sweep.nodes import NODE_NAME
 from vllmdiag.sweep.ship import SHIP_ARGV0, SHIP_PYTHON, SHIP_SNIPPET
 
 
@@ -31,6 +32,8 @@ class Transport:
     # `collect --confirm S`: a node whose quick pass sees work in flight and nothing moving watches up to
     # S seconds itself (triage's confirm window), so suspicious nodes watch in parallel; 0 = off.
     confirm_s: float = 0.0
+    user: str | None = None  # sweep -l: the ssh login user (wins over the inventory's)
+    ssh_options: tuple[str, ...] = ()  # sweep -o: checked -oKey=Value strings (inventory.cli_ssh_option)
 
     def __post_init__(self) -> None:
         if not 0 <= self.confirm_s <= 600:
@@ -46,6 +49,9 @@ class Transport:
             raise BadInput("--remote-cmd must not be empty")
         if self.ship_python is not None and not re.fullmatch(SHIP_PYTHON, self.ship_python):
             raise BadInput(f"--ship-python {self.ship_python!r}: give an absolute path of plain characters")
+        if self.user is not None and not NODE_NAME.fullmatch(self.user):
+            raise BadInput(f"-l {self.user[:80]!r}: not a valid user name")
+        object.__setattr__(self, "ssh_options", tuple(cli_ssh_option(o) for o in self.ssh_options))
         if self.strict_host_key_checking not in (None, *STRICT_VALUES):
             raise BadInput(f"--strict-host-key-checking must be one of {', '.join(STRICT_VALUES)}")
 
@@ -92,15 +98,16 @@ def ssh_options(transport: Transport, conn: NodeConn) -> list[str]:
     strict = transport.strict_host_key_checking or conn.strict_host_key_checking
     if strict:
         argv.append(f"-oStrictHostKeyChecking={strict}")
-    argv += list(conn.ssh_options)
+    argv += [*transport.ssh_options, *conn.ssh_options]  # the command line's -o before the inventory's: it wins
     if conn.known_hosts_file:
         argv.append(f"-oUserKnownHostsFile={conn.known_hosts_file}")
     if conn.identity_file:
         argv += ["-i", conn.identity_file, "-oIdentitiesOnly=yes"]
     if conn.port:
         argv += ["-p", str(conn.port)]
-    if conn.user:
-        argv += ["-l", conn.user]
+    user = transport.user or conn.user
+    if user:
+        argv += ["-l", user]
     if conn.ssh_config:
         argv += ["-F", conn.ssh_config]
     return argv
