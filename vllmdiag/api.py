@@ -131,7 +131,8 @@ def out_of_time(snap: Snapshot, budget_s: float, phase: str) -> Report:
 
 def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, started: float,
                      probes: list[str] | None = None, options: dict[str, Any] | None = None,
-                     ctx: Context | None = None, on_confirm: Callable[[float, float], None] | None = None) -> bool:
+                     ctx: Context | None = None, on_confirm: Callable[[float, float], None] | None = None,
+                     opening: Callable[[], None] | None = None) -> bool:
     """The confirm window (triage's, and ``collect --confirm`` on a swept node): only when ``report``
     says work is in flight and nothing moved; follow-up passes go into ``snap.passes``. True if it opened."""
     from vllmdiag import second_look
@@ -147,13 +148,15 @@ def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, starte
         return any(is_stalled(p) for p in deployment_progress(all_passes(s)) if p.deployment_id in roots.values()) \
             or keeps_window_open(s, set(roots.values()))
 
+    if opening is not None:  # collect on a swept node: say so now, the sweep extends its deadline for it
+        opening()
     second_look.watch(snap, sorted(roots), confirm_s, still, collect, dict(options or {}), ctx, on_confirm, started, probes)
     return True
 
 
 def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
                       budget_s: float = DEFAULT_BUDGET_S, confirm_s: float = 0.0,
-                      origin: float | None = None) -> Snapshot:
+                      origin: float | None = None, on_window: Callable[[], None] | None = None) -> Snapshot:
     """``vllmdiag collect [--confirm S]``: the node's snapshot, with triage's confirm window when its
     quick pass sees work in flight and nothing moving (a sweep's nodes watch in parallel, each on its
     own). A healthy node pays one analysis of its own snapshot; a node without the rules (a --ship
@@ -176,7 +179,8 @@ def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any
     except (ImportError, OSError, ValueError) as exc:
         snap.options["confirm"] = f"skipped: {type(exc).__name__}: {exc}"
         return snap
-    watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=options)
+    watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=options,
+                     opening=on_window)
     return snap
 
 

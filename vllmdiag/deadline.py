@@ -20,6 +20,10 @@ from contextlib import contextmanager
 from typing import Any
 
 AFTER_S = 0.5  # what the collector leaves for analysis and rendering before the budget ends
+# What ``collect --confirm`` writes on stderr when its confirm window opens: a sweep gives only a node that
+# said this the window on top of --timeout (vllmdiag/sweep/fanout.py); any other node is held to --timeout.
+CONFIRMING = "vllmdiag collect: work in flight, nothing moved: confirming"
+
 LAST_WORD_S = 1.0  # the verdict is out by budget + this
 MIN_COLLECT_S = 0.2  # a collector shorter than this sees nothing; start-up past the budget still gets it
 

@@ -28,6 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _say_confirming() -> None:
+    from vllmdiag.deadline import CONFIRMING
+
+    sys.stderr.write(CONFIRMING + "\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str]) -> int:
     from vllmdiag.deadline import process_start
     from vllmdiag.priority import boost
@@ -55,7 +62,7 @@ def main(argv: list[str]) -> int:
     try:
         options.update(opt_in(args.enable or []))
         snap = collect(probes=args.probe, options=options, budget_s=args.budget, confirm_s=args.confirm,
-                       origin=origin)
+                       origin=origin, on_window=_say_confirming)
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {exc}\n")
         return exc.exit_code

@@ -17,12 +17,14 @@ from typing import Any
 
 from ClusterShell.Event import EventHandler
 
+from vllmdiag.deadline import CONFIRMING as _CONFIRMING
 from vllmdiag.sweep.cluster_workers import Deadline, argv_worker
 from vllmdiag.sweep.inventory import Inventory
 from vllmdiag.sweep.outcome import NodeOutcome, classify
 from vllmdiag.sweep.transport import Transport, node_argv
 from vllmdiag.sweep.tree import TreeSpec
 
+CONFIRMING = _CONFIRMING.encode()
 MAX_OUTPUT_BYTES = 256 << 20
 STDERR_LINES = 20
 Progress = Callable[[NodeOutcome], None]
@@ -48,8 +50,13 @@ class SweepPlan:
 
     @property
     def node_timeout_s(self) -> float:
-        """Per node: connect + collect, plus the confirm window a suspicious node may spend watching."""
+        """The most one node may take: connect + collect (``timeout_s``), plus the confirm window, which only
+        a node that said it opened one gets (``collect`` writes ``deadline.CONFIRMING``; see _NodeDeadline)."""
         return self.timeout_s + self.transport.confirm_s
+
+    def quick_deadline_s(self, node: str, confirming: set[str]) -> float:
+        """The deadline that holds ``node`` now: --timeout as written, unless it reported a suspicion."""
+        return self.node_timeout_s if node in confirming else self.timeout_s
 
     @property
     def deadline_s(self) -> float:
@@ -90,12 +97,16 @@ class _Handler(EventHandler):
         self.err: dict[str, list[bytes]] = {}
         self.started: dict[str, float] = {}
         self.done: dict[str, NodeOutcome] = {}
+        self.confirming: set[str] = set()  # nodes whose collect said its confirm window opened
 
     def ev_pickup(self, worker: Any, node: str) -> None:
         self.started[node] = time.monotonic()
 
     def ev_read(self, worker: Any, node: str, sname: str, msg: bytes) -> None:
         if sname == worker.SNAME_STDERR:
+            if msg.strip() == CONFIRMING:
+                self.confirming.add(node)
+                return
             lines = self.err.setdefault(node, [])
             lines.append(msg)
             del lines[:-STDERR_LINES]
@@ -117,7 +128,8 @@ class _Handler(EventHandler):
             return
         duration = time.monotonic() - self.started.get(node, time.monotonic())
         outcome = classify(node, rc=rc, timed_out=timed_out, stdout=self.out.pop(node, []),
-                           stderr=self.err.pop(node, []), duration_s=duration, plan_timeout_s=self.plan.node_timeout_s,
+                           stderr=self.err.pop(node, []), duration_s=duration,
+                           plan_timeout_s=self.plan.quick_deadline_s(node, self.confirming),
                            transport=self.plan.transport.kind, too_large=self.size.get(node, 0) > MAX_OUTPUT_BYTES,
                            reason=reason)
         self.done[node] = outcome
@@ -145,6 +157,8 @@ class _Feeder:
             if self.payload is not None:
                 worker.write(self.payload)
             worker.set_write_eof()
+            if self.plan.transport.confirm_s > 0:  # else the worker's own timeout is --timeout already
+                self.task.timer(self.plan.timeout_s, handler=_NodeDeadline(worker, node, self.handler), autoclose=True)
 
     # The worker's events go to the handler; a closed worker makes room for the next node.
     def __getattr__(self, name: str) -> Any:
@@ -156,6 +170,22 @@ class _Feeder:
 
     def stop(self) -> None:
         self.stopped = True
+
+
+class _NodeDeadline(EventHandler):
+    """--timeout for one node, as written: at ``timeout_s`` a node still running is cut unless its collect
+    said it opened the confirm window (then the worker's own timeout, --timeout + --confirm, holds it).
+    A node that never connected, or never spoke, cannot be in a confirm window."""
+
+    def __init__(self, worker: Any, node: str, handler: _Handler) -> None:
+        super().__init__()
+        self.worker, self.node, self.handler = worker, node, handler
+
+    def ev_timer(self, timer: Any) -> None:
+        if self.node in self.handler.done or self.node in self.handler.confirming:
+            return
+        self.handler._finish(self.node, rc=None, timed_out=True)
+        self.worker.abort()  # kills the client's process group (cluster_workers.ArgvClient._close)
 
 
 def run_sweep(plan: SweepPlan, progress: Progress | None = None) -> list[NodeOutcome]:
