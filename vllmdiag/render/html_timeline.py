@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag import stack_classes as sc
 from vllmdiag.render import report_data as rd
 from vllmdiag.render.html_layers import h
 
 TRACK_W, TRACK_H, PAD = 360, 16, 6
-KIND = {"collective": "wait", "sync_point": "wait", "executing": "run", "engine_busy": "run", "idle": "idle",
-        "engine_idle": "idle", "api_idle": "idle"}
+KIND = {sc.COLLECTIVE: "wait", sc.SYNC_POINT: "wait", sc.EXECUTING: "run", sc.ENGINE_BUSY: "run", sc.IDLE: "idle",
+        sc.ENGINE_IDLE: "idle", sc.API_IDLE: "idle"}
 ODD_STATES = ("T", "t", "Z", "D", "X")  # stopped, traced, zombie, uninterruptible, dead: said in the cell
 LEGEND = (("wait", "waits in a collective / at a sync point"), ("run", "executing"), ("idle", "idle"),
           ("other", "another class"), ("none", "no stack read"))
