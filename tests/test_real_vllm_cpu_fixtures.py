@@ -30,7 +30,6 @@ MiB = 1 << 20
 VERSION = "issue 23: the vLLM version of the deployment is not reported"
 LOAD_BLIND = ("new (real server): under load on a saturated node, a timed-out /metrics sample and stacks plus "
               "drained rings that read 'still' give 'degraded, nothing moved' while tokens flowed")
-TWO_ENGINES = "issue 23: two engines under one parent (LLM() twice) read as one deployment"
 TP1_KILL = ("new (real server): TP=1 worker SIGKILLed, engine shutting down: read as handshake "
             "'EngineCore never connected' instead of the dead worker/engine at the process layer")
 
@@ -236,7 +235,6 @@ def test_vllm_version_of_the_real_deployment_is_reported(name: str, tmp_path: Pa
     assert any(v.startswith("0.32") for v in _version_fields(report.to_dict()["deployments"]))
 
 
-@_xf(TWO_ENGINES)
 def test_two_engines_under_one_parent_are_two_deployments(tmp_path: Path) -> None:
     name = "two-engines/snap-idle.json.gz"
     path = unpacked(name, tmp_path)

@@ -31,7 +31,7 @@ def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise SnapshotError(f"{snapshot.node}: malformed process data ({type(exc).__name__}: {exc})") from None
     if pids:
-        deployments = [d for d in deployments if d.pids & pids or d.root_pid in pids]
+        deployments = [d for d in deployments if d.pids & pids or d.root_pid in pids or _started_by(snapshot, d, pids)]
     findings: list[Finding] = []
     for module in analyzers():  # found by folder: analysis/layers/<layer>/ (analysis/contract.py)
         layer = module.LAYER
@@ -49,6 +49,19 @@ def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[
         findings = [f for f in findings if f.deployment is None or f.deployment in ids]
     judged = [Judged(d, decide(snapshot, [f for f in findings if f.deployment == d.id], d.pids)) for d in deployments]
     return judged, findings
+
+
+def _started_by(snapshot: Snapshot, dep: Deployment, pids: set[int]) -> bool:
+    """The deployment descends from a selected pid: `--pid` of a script that runs two engines (two
+    ``LLM()``) selects both, although each engine is its own deployment and the script is in neither."""
+    parent = {p.get("pid"): p.get("ppid") for p in snapshot.data("processes").get("processes") or []}
+    cur, seen = parent.get(dep.root_pid), set()
+    while isinstance(cur, int) and cur > 1 and cur not in seen:
+        if cur in pids:
+            return True
+        seen.add(cur)
+        cur = parent.get(cur)
+    return False
 
 
 def analyze(snapshots: list[Snapshot], pids: set[int] | None = None) -> Report:
