@@ -30,8 +30,6 @@ MiB = 1 << 20
 VERSION = "issue 23: the vLLM version of the deployment is not reported"
 LOAD_BLIND = ("new (real server): under load on a saturated node, a timed-out /metrics sample and stacks plus "
               "drained rings that read 'still' give 'degraded, nothing moved' while tokens flowed")
-TP1_KILL = ("new (real server): TP=1 worker SIGKILLed, engine shutting down: read as handshake "
-            "'EngineCore never connected' instead of the dead worker/engine at the process layer")
 
 
 def unpacked(name: str, tmp_path: Path) -> Path:
@@ -74,7 +72,7 @@ VERDICTS = [
     ("tp1/snap-worker-sigstop.json.gz", "blocked", "process", ("VLLM::Worker", "worker", 0)),
     ("tp1/snap-api-sigstop.json.gz", "blocked", "process", "api_server"),
     ("tp1/snap-stalled-client.json.gz", "blocked", "client", "http_client"),
-    pytest.param("tp1/snap-worker-sigkill.json.gz", "blocked", "process", "any", marks=_xf(TP1_KILL)),
+    ("tp1/snap-worker-sigkill.json.gz", "blocked", "process", ("VLLM::EngineCore", "engine_core", None)),
     ("tp2/snap-idle.json.gz", "healthy", None, None),
     pytest.param("tp2/snap-load.json.gz", "healthy", None, None, marks=_xf(LOAD_BLIND)),
     ("tp2/snap-straggler.json.gz", "blocked", "gpu", ("VLLM::Worker_TP1", "worker", 1)),
@@ -244,3 +242,14 @@ def test_two_engines_under_one_parent_are_two_deployments(tmp_path: Path) -> Non
     ours = [d for d in deps if root(name) in d.pids or any(p.get("ppid") == root(name) for p in d.processes)]
     shapes = sorted((len(d.engines), len(d.workers)) for d in ours)
     assert shapes == [(1, 1), (1, 1)], [(d.id, [(role_of(p), p.get("title")) for p in d.processes]) for d in ours]
+
+
+def test_tp1_killed_worker_engine_going_down_is_not_a_never_connected_engine(tmp_path: Path) -> None:
+    """TP=1, the lone worker SIGKILLed: the EngineCore had served, then left through EngineCore.shutdown
+    ("Executor failed") and closed its sockets. It is the process layer's dead deployment, not a handshake
+    'never connected'."""
+    name = "tp1/snap-worker-sigkill.json.gz"
+    report = analyze_files([unpacked(name, tmp_path)], pids=[root(name)]).report
+    codes = [f.code for f in report.findings]
+    assert "process.engine_shutting_down" in codes and "handshake.engine_not_registered" not in codes, codes
+    assert "no worker of it is alive" in report.verdict.summary, report.verdict.summary

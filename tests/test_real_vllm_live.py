@@ -29,8 +29,6 @@ pytestmark = REAL_VLLM_MARKS
 LOAD_BLIND = ("new (real server): TP=2 under load on a saturated 2-core node reads degraded 'nothing moved': the "
               "second /metrics sample and the stacks timed out, and drained rings read 'still' although they moved")
 TWO_ENGINES = "issue 23: two engines under one parent (LLM() twice) read as one deployment"
-TP1_KILL = ("new (real server): TP=1 worker SIGKILLed, engine shutting down: read as handshake "
-            "'EngineCore never connected' instead of the dead worker/engine at the process layer")
 
 
 def _triage_and_analyze(server: RealServer, tmp_path: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -150,7 +148,6 @@ class TestTP1(_Common):
         live = _check(server, tmp_path, "uniform-event", "blocked", "gpu", ("VLLM::Worker", "worker", 0))
         assert "_held_in_forward" in str(live["verdict"]["culprits"][0].get("reason")), live["verdict"]
 
-    @pytest.mark.xfail(strict=False, reason=TP1_KILL)
     def test_killed_worker_is_blocked_at_the_process_layer(self, server: RealServer, tmp_path: Path) -> None:
         # Ends this server (vLLM shuts itself down): the last test of the class.
         with scenarios.worker_sigkill(server):
