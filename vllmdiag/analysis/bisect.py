@@ -114,10 +114,11 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
         verdict = write_verdict("inconclusive", beyond[0].layer, beyond, findings)
         verdict.summary, verdict.confidence = "Not all of it is on this node: " + beyond[0].message, "low"
         return verdict
+    unseen = [str(b) for b in seen.get("blind") or []]
     if blind:
+        blind += [] if moved else [u for u in unseen if not u.startswith("stacks")]  # e.g. /metrics answered once
         return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
                        + "; ".join(blind), evidence=blind, confidence="low", next_steps=[_fix(blind)])
-    unseen = [str(b) for b in seen.get("blind") or []]
     if not moved and unseen:  # a probe that saw nothing never supports "idle", "drained", "no step under way"
         why = f"{snapshot.node}: nothing seen moving and idle cannot be told from stuck: " + "; ".join(unseen)
         return Verdict(status="inconclusive", summary="Inconclusive: " + why + ".", evidence=[why], confidence="low",

@@ -18,7 +18,7 @@ from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.kv_wait import waits_for_kv
 from vllmdiag.analysis.views.parallel_ranks import pp_waiting_stages
-from vllmdiag.analysis.views.progress import HELD_S, Progress, all_passes, deployment_progress, is_stalled
+from vllmdiag.analysis.views.progress import HELD_S, Progress, all_passes, deployment_progress, is_stalled, stall_seen
 from vllmdiag.analysis.views.rank_compare import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
 from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Culprit, Finding, Snapshot
@@ -59,7 +59,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     out: list[Finding] = []
     for p, dep in zip(deployment_progress(passes, deployments), deployments, strict=True):
         seen = {pid: (obs[-1][0], obs[-1][2]) for pid, obs in p.observations.items()}
-        if not is_stalled(p) or p.window_s < SEEN_ONCE_S or waits_for_kv(snapshot, dep):
+        if not stall_seen(p) or p.window_s < SEEN_ONCE_S or waits_for_kv(snapshot, dep):
             out.append(_progress_info(snapshot, dep, p))
             continue
         out += _stalled(snapshot, dep, p, seen, gpus)
@@ -269,6 +269,9 @@ def _progress_info(snap: Snapshot, dep: Deployment, p: Progress) -> Finding:
         msg = f"No work in flight seen, but idle cannot be told from stuck: {'; '.join(p.blind)}."
     elif not p.work_in_flight:
         msg = "Idle: no work in flight (no request running or waiting, rings drained, no step under way)."
+    elif not p.moved and not p.still and p.blind:  # nothing seen either way: the verdict names the blind probes
+        msg = (f"Work in flight ({'; '.join(p.in_flight)}); nothing seen moving, and nothing seen still either: "
+               + "; ".join(p.blind + p.no_evidence[:2]) + ".")
     elif not p.moved and is_stalled(p) and p.window_s >= SEEN_ONCE_S:  # waits_for_kv: the queue layer says why
         msg = f"Work in flight ({'; '.join(p.in_flight)}) and nothing moved in {p.window_s:.1f} s: " + "; ".join(p.still[:4])
     elif not p.moved:  # one look only (an old snapshot, or nothing sampled twice): say so, do not guess
