@@ -264,3 +264,36 @@ def test_loaded_server_with_blind_probes_and_drained_rings_names_what_it_could_n
     assert "stacks timeout" in report.verdict.summary and "/metrics sampled 2 time(s), 1 answered" in report.verdict.summary
     progress = next(f for f in report.findings if f.code == "gpu.progress" and f.deployment == f"vm:{root(name)}")
     assert not progress.evidence["still"] and progress.evidence["no_evidence"], progress.evidence
+
+
+def _walk_dumps(node: Any, pid: int, edit: Any) -> None:
+    """Apply ``edit`` to the frames of every MainThread dump of ``pid`` in the snapshot and its passes."""
+    if isinstance(node, dict):
+        if node.get("pid") == pid and isinstance(node.get("threads"), list):
+            for holder in (node, node.get("resample") or {}):
+                for t in holder.get("threads") or []:
+                    if t.get("name") == "MainThread":
+                        t["frames"] = edit(t["frames"])
+        for v in node.values():
+            _walk_dumps(v, pid, edit)
+    elif isinstance(node, list):
+        for v in node:
+            _walk_dumps(v, pid, edit)
+
+
+def test_uniform_hang_caught_at_two_lines_of_one_polling_loop_is_uniform(tmp_path: Path) -> None:
+    """fire saw the real uniform hang read gpu.call_site_mismatch: one rank inside the hang plugin's
+    `_trigger` (one call deeper), the other at another line of the same polling function. The callers
+    agree, so it is one place (views.progress.same_place): a uniform hang, not diverged ranks."""
+    name = "tp2/snap-uniform.json.gz"
+    raw = json.loads(gzip.decompress((DATA / name).read_bytes()))
+    path = tmp_path / "uniform-two-lines.json"
+    path.write_text(json.dumps(raw))
+    tp0, tp1 = _pid_of(path, "VLLM::Worker_TP0", name), _pid_of(path, "VLLM::Worker_TP1", name)
+    _walk_dumps(raw, tp0, lambda fs: [["_trigger", "vllmdiag_hangplugin/__init__.py", 44], *fs])
+    _walk_dumps(raw, tp1, lambda fs: [[fs[0][0], fs[0][1], 62], *fs[1:]])
+    path.write_text(json.dumps(raw))
+    report = analyze_files([path], pids=[root(name)]).report
+    verdict, codes = report.verdict, [f.code for f in report.findings]
+    assert "gpu.call_site_mismatch" not in codes and "gpu.uniform_hang" in codes, (codes, verdict.summary)
+    assert verdict.culprits[0].role == "rank_group", verdict.summary
