@@ -84,10 +84,12 @@ def is_stalled(p: Progress) -> bool:
 
 
 def stall_seen(p: Progress) -> bool:
-    """Stalled, and something was seen still (a counter that stayed between two answered samples, a ring
-    holding unread slots, a stack held over a resample): with only blind probes and drained rings, nothing
-    supports "nothing moved" (issue 24: the loaded real server read degraded while tokens flowed)."""
-    return is_stalled(p) and bool(p.still)
+    """Stalled, and not only for want of looking: something was seen still (a counter that stayed between
+    two answered samples, a ring holding unread slots, a stack held over a resample), or no probe was
+    blind (then the suspicion stands and asks for the confirm window). With blind probes and only drained
+    rings, nothing supports "nothing moved" (issue 24: the loaded real server read degraded while tokens
+    flowed): the verdict is inconclusive, naming them."""
+    return is_stalled(p) and (bool(p.still) or not p.blind)
 
 
 def all_passes(snapshot: Snapshot) -> list[Snapshot]:
