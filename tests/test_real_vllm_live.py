@@ -7,8 +7,7 @@ stops reading), then judges `vllmdiag triage --json --save SNAP --pid ROOT` and 
 Skipped with the reason when the cached env is missing (tests/real_vllm/build-env.sh). Select with
 `-m real_vllm`. VLLMDIAG_REAL_VLLM_RECORD=DIR also keeps each snapshot in DIR/tp{N}/ (for fixtures).
 
-Expected answers are the RIGHT ones (issue 23); the ones the tool gets wrong today because of issue 23's
-known bugs are xfail(strict=False) with the bug named, so they flip to passing when fixed.
+Expected answers are the RIGHT ones (issue 23); the known bugs once marked xfail are fixed (none left).
 """
 
 from __future__ import annotations
@@ -24,11 +23,6 @@ from real_vllm.fixtures import REAL_VLLM_MARKS, real_tp1, real_tp2, real_two_eng
 from real_vllm.server import RealServer, TwoEngines
 
 pytestmark = REAL_VLLM_MARKS
-
-# Seen on the real server, not in issue 23's list (reported to the lead):
-LOAD_BLIND = ("new (real server): TP=2 under load on a saturated 2-core node reads degraded 'nothing moved': the "
-              "second /metrics sample and the stacks timed out, and drained rings read 'still' although they moved")
-TWO_ENGINES = "issue 23: two engines under one parent (LLM() twice) read as one deployment"
 
 
 def _triage_and_analyze(server: RealServer, tmp_path: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -164,9 +158,17 @@ class TestTP2(_Common):
     def server(self, real_tp2: RealServer) -> RealServer:  # noqa: F811
         return real_tp2
 
-    @pytest.mark.xfail(strict=False, reason=LOAD_BLIND)
-    def test_load_is_healthy(self, server: RealServer, tmp_path: Path) -> None:
-        _check(server, tmp_path, "load", "healthy", None, None)
+    def test_load_is_healthy_or_names_what_it_could_not_see(self, server: RealServer, tmp_path: Path) -> None:
+        """On a saturated 2-core node the stacks and a /metrics sample can time out: healthy when anything
+        was seen moving, else inconclusive naming the blind probes; never 'degraded, nothing moved' on
+        drained rings (they read alike between any two steps) and a timed-out sample."""
+        with scenarios.SCENARIOS["load"](server):
+            live, offline = _triage_and_analyze(server, tmp_path, "load")
+        for report, source in ((live, "triage"), (offline, "analyze")):
+            v = report["verdict"]
+            assert v["status"] in ("healthy", "inconclusive") and not v.get("culprits"), (source, v)
+            if v["status"] == "inconclusive":
+                assert "timeout" in v["summary"] or "answered" in v["summary"], (source, v)
 
     def test_straggler_rank_is_the_culprit(self, server: RealServer, tmp_path: Path) -> None:
         _check(server, tmp_path, "straggler", "blocked", "gpu", ("VLLM::Worker_TP1", "worker", 1))
@@ -204,7 +206,6 @@ class TestTwoEngines:
 
     report: dict[str, Any] = {}
 
-    @pytest.mark.xfail(strict=False, reason=TWO_ENGINES)
     def test_each_engine_is_its_own_deployment(self, real_two_engines: TwoEngines) -> None:  # noqa: F811
         deps = self.report.get("deployments") or []
         shapes = sorted((sum(p["role"] == "engine_core" for p in d["processes"]),
