@@ -43,10 +43,7 @@ ALLOWED: dict[tuple[str, str], str] = {
 }
 # Differences that are the TOOL's known bugs on the real server (issue 23), compared on their own
 # (xfail until fixed), not allowed.
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("stack", "api_server"): "issue 23: API server stack class `unknown` with uvloop (Runner.run <- uvloop run); "
-                             "the simulator's asyncio loop reads api_idle",
-}
+KNOWN_BUGS: dict[tuple[str, str], str] = {}  # none left: the API server's uvloop stack class reads api_idle
 # ipc socket kinds are compared as sets per role: with fork (0.33's default start method on GPU, which the
 # simulator uses) workers inherit the EngineCore's bound sockets and show them too; the CPU platform
 # spawns its workers (`spawn_main` in their stacks), so each socket shows only under its binder.
@@ -134,12 +131,6 @@ def test_simulator_reads_like_the_real_server_at_tp2(fixture: str, fault: str, r
                                                       sim_state: Path) -> None:  # noqa: F811
     diffs = differences(simulated(2, fault, rank), real(fixture, tmp_path))
     assert not diffs, "the simulator differs from the real vLLM where it should not:\n" + "\n".join(diffs)
-
-
-@pytest.mark.xfail(strict=False, reason="; ".join(KNOWN_BUGS.values()))
-def test_known_real_server_differences_are_gone(tmp_path: Path, sim_state: Path) -> None:  # noqa: F811
-    diffs = differences(simulated(2, "healthy", None), real("tp2/snap-idle.json.gz", tmp_path), set(KNOWN_BUGS))
-    assert not diffs, "\n".join(diffs)
 
 
 def _unbound_own_ipc(snap: Snapshot, root: int) -> int:

@@ -27,6 +27,9 @@ WRITER_BLOCKED_FULL_RING = "writer_blocked_full_ring"
 ENGINE_WAITING_WORKERS = "engine_waiting_workers"
 ENGINE_BUSY = "engine_busy"
 ENGINE_IDLE = "engine_idle"
+# The EngineCore leaving run_engine_core through EngineCore.shutdown: its executor failed (a worker died)
+# or it was told to stop; it serves nothing any more (seen on vLLM 0.32 CPU after a worker's SIGKILL).
+ENGINE_SHUTDOWN = "engine_shutdown"
 # Structured output (vLLM 0.33 vllm/v1/structured_output/): a request's grammar compiling on the
 # StructuredOutputManager's thread pool, and the per-step token bitmask filled on the busy loop.
 GRAMMAR_COMPILE = "grammar_compile"
@@ -43,5 +46,5 @@ UNKNOWN = "unknown"  # no rule matched (not in the rules: the classifier's own a
 
 ALL = frozenset({COLLECTIVE, SYNC_POINT, DP_SYNC, ENGINE_DP_SYNC, NCCL_INIT, COMPILING, WAIT_UNTIL_READY, WAIT_FOR_READY,
                  HANDSHAKE, INIT_DEVICE, LOAD_MODEL, WARMUP, ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING,
-                 ENGINE_WAITING_WORKERS, ENGINE_BUSY, ENGINE_IDLE, GRAMMAR_COMPILE, GRAMMAR_BITMASK, ENGINE_YIELD, KV_TRANSFER,
-                 EXECUTING, IDLE, API_IDLE, UNKNOWN})
+                 ENGINE_WAITING_WORKERS, ENGINE_BUSY, ENGINE_IDLE, ENGINE_SHUTDOWN, GRAMMAR_COMPILE, GRAMMAR_BITMASK,
+                 ENGINE_YIELD, KV_TRANSFER, EXECUTING, IDLE, API_IDLE, UNKNOWN})

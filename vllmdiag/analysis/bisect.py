@@ -31,7 +31,7 @@ def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise SnapshotError(f"{snapshot.node}: malformed process data ({type(exc).__name__}: {exc})") from None
     if pids:
-        deployments = [d for d in deployments if d.pids & pids or d.root_pid in pids]
+        deployments = [d for d in deployments if d.pids & pids or d.root_pid in pids or _started_by(snapshot, d, pids)]
     findings: list[Finding] = []
     for module in analyzers():  # found by folder: analysis/layers/<layer>/ (analysis/contract.py)
         layer = module.LAYER
@@ -49,6 +49,19 @@ def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[
         findings = [f for f in findings if f.deployment is None or f.deployment in ids]
     judged = [Judged(d, decide(snapshot, [f for f in findings if f.deployment == d.id], d.pids)) for d in deployments]
     return judged, findings
+
+
+def _started_by(snapshot: Snapshot, dep: Deployment, pids: set[int]) -> bool:
+    """The deployment descends from a selected pid: `--pid` of a script that runs two engines (two
+    ``LLM()``) selects both, although each engine is its own deployment and the script is in neither."""
+    parent = {p.get("pid"): p.get("ppid") for p in snapshot.data("processes").get("processes") or []}
+    cur, seen = parent.get(dep.root_pid), set()
+    while isinstance(cur, int) and cur > 1 and cur not in seen:
+        if cur in pids:
+            return True
+        seen.add(cur)
+        cur = parent.get(cur)
+    return False
 
 
 def analyze(snapshots: list[Snapshot], pids: set[int] | None = None) -> Report:
@@ -101,10 +114,11 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
         verdict = write_verdict("inconclusive", beyond[0].layer, beyond, findings)
         verdict.summary, verdict.confidence = "Not all of it is on this node: " + beyond[0].message, "low"
         return verdict
+    unseen = [str(b) for b in seen.get("blind") or []]
     if blind:
+        blind += [] if moved else [u for u in unseen if not u.startswith("stacks")]  # e.g. /metrics answered once
         return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
                        + "; ".join(blind), evidence=blind, confidence="low", next_steps=[_fix(blind)])
-    unseen = [str(b) for b in seen.get("blind") or []]
     if not moved and unseen:  # a probe that saw nothing never supports "idle", "drained", "no step under way"
         why = f"{snapshot.node}: nothing seen moving and idle cannot be told from stuck: " + "; ".join(unseen)
         return Verdict(status="inconclusive", summary="Inconclusive: " + why + ".", evidence=[why], confidence="low",

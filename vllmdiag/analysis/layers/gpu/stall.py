@@ -18,7 +18,15 @@ from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.kv_wait import waits_for_kv
 from vllmdiag.analysis.views.parallel_ranks import pp_waiting_stages
-from vllmdiag.analysis.views.progress import HELD_S, Progress, all_passes, deployment_progress, is_stalled
+from vllmdiag.analysis.views.progress import (
+    HELD_S,
+    Progress,
+    all_passes,
+    deployment_progress,
+    is_stalled,
+    same_place,
+    stall_seen,
+)
 from vllmdiag.analysis.views.rank_compare import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
 from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Culprit, Finding, Snapshot
@@ -59,7 +67,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     out: list[Finding] = []
     for p, dep in zip(deployment_progress(passes, deployments), deployments, strict=True):
         seen = {pid: (obs[-1][0], obs[-1][2]) for pid, obs in p.observations.items()}
-        if not is_stalled(p) or p.window_s < SEEN_ONCE_S or waits_for_kv(snapshot, dep):
+        if not stall_seen(p) or p.window_s < SEEN_ONCE_S or waits_for_kv(snapshot, dep):
             out.append(_progress_info(snapshot, dep, p))
             continue
         out += _stalled(snapshot, dep, p, seen, gpus)
@@ -74,7 +82,9 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
     held = p.window_s >= HELD_S and not long
     grammar = sorted({sc.label for sc, _ in seen.values() if sc.name in (GRAMMAR_COMPILE, GRAMMAR_BITMASK)})
     partial = deployment_shapes.ranks_on_other_nodes(dep)  # multi-node Ray seen from the engine's node
-    shapes = [] if partial else _group_shapes(snap, dep, seen, gpus) if dep.workers else _engine_shape(snap, dep, seen, gpus)
+    places = {pid: obs[-1][1] for pid, obs in p.observations.items()}
+    shapes = [] if partial else _group_shapes(snap, dep, seen, gpus, places) if dep.workers else \
+        _engine_shape(snap, dep, seen, gpus)
     if held and shapes:
         return [_with_progress(f, p) for f in shapes]
     why = (f"a long phase is under way ({', '.join(long)}): a cold compile or warm-up can take minutes" if long else
@@ -122,7 +132,8 @@ def _with_progress(f: Finding, p: Progress) -> Finding:
 
 
 # ---- shapes ------------------------------------------------------------------------------------
-def _group_shapes(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, dict[str, Any]]) -> list[Finding]:
+def _group_shapes(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, dict[str, Any]],
+                  places: dict[int, tuple[Any, ...]] | None = None) -> list[Finding]:
     out = []
     classes = {pid: sc for pid, (sc, _) in seen.items()}
     upstream_bound = pp_waiting_stages(dep.processes, classes)
@@ -137,6 +148,8 @@ def _group_shapes(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, d
         if next(iter(got.values()))[0].name not in RANK_STEP:
             continue
         sites = Counter(site for _, site in got.values())
+        if len(sites) > 1 and _one_place([members[r]["pid"] for r in got], places or {}):
+            sites = Counter({next(iter(got.values()))[1]: len(got)})  # one polling loop caught at two lines
         if len(members) == 1 and dep.configured.get("tp", 1) == 1:
             out.append(_lone_worker(snap, dep, next(iter(members.values())), got, seen, gpus))
         elif len(sites) > 1:
@@ -144,6 +157,15 @@ def _group_shapes(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, d
         else:
             out.append(_uniform(snap, dep, members, got, gpus))
     return out
+
+
+def _one_place(pids: list[int], places: dict[int, tuple[Any, ...]]) -> bool:
+    """Every rank stands where the first does, but for the innermost function (views.progress.same_place):
+    a hang that polls (``while trigger(): sleep``) is caught at another line of that function, or one call
+    deeper, on each rank; NCCL's order-matching concerns the callers, which agree. Seen on the real server:
+    one rank inside the hang plugin's trigger check, the other at the sleep line of the same loop."""
+    sigs = [places[pid] for pid in pids if pid in places]
+    return len(sigs) == len(pids) > 1 and all(same_place(sigs[0], sig) for sig in sigs[1:])
 
 
 def _uniform(snap: Snapshot, dep: Deployment, members: dict[int, dict[str, Any]],
@@ -269,6 +291,9 @@ def _progress_info(snap: Snapshot, dep: Deployment, p: Progress) -> Finding:
         msg = f"No work in flight seen, but idle cannot be told from stuck: {'; '.join(p.blind)}."
     elif not p.work_in_flight:
         msg = "Idle: no work in flight (no request running or waiting, rings drained, no step under way)."
+    elif not p.moved and not p.still and p.blind:  # nothing seen either way: the verdict names the blind probes
+        msg = (f"Work in flight ({'; '.join(p.in_flight)}); nothing seen moving, and nothing seen still either: "
+               + "; ".join(p.blind + p.no_evidence[:2]) + ".")
     elif not p.moved and is_stalled(p) and p.window_s >= SEEN_ONCE_S:  # waits_for_kv: the queue layer says why
         msg = f"Work in flight ({'; '.join(p.in_flight)}) and nothing moved in {p.window_s:.1f} s: " + "; ".join(p.still[:4])
     elif not p.moved:  # one look only (an old snapshot, or nothing sampled twice): say so, do not guess

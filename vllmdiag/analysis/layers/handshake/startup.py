@@ -159,8 +159,9 @@ def _frontend(v: _View) -> list[Finding]:
     if not v.http_listening():
         return []  # engines connect only late in startup (step 5); _http_listen speaks for that phase
     out = []
+    going = _shutting_down(v)  # closed its sockets on the way out: it did connect (process.engine_shutting_down)
     for kind, (endpoint, accepted) in known.items():
-        if kind in FRONTEND and accepted < len(v.engines):
+        if kind in FRONTEND and accepted + going < len(v.engines):
             out.append(finding("handshake.engine_not_registered", LAYER, "critical", v.snap, v.dep,
                                f"{len(v.engines) - accepted} of {len(v.engines)} EngineCore(s) never connected to the "
                                f"API server's {FRONTEND[kind]} {kind} ({endpoint}): only {accepted} peer(s).",
@@ -169,6 +170,14 @@ def _frontend(v: _View) -> list[Finding]:
                                [culprit(v.snap, e, f"its {'DEALER' if kind == 'ROUTER' else 'PUSH'} is not connected to "
                                         f"{endpoint}") for e in v.engines]))
     return out
+
+
+def _shutting_down(v: _View) -> int:
+    from vllmdiag.analysis.views.stack_match import classify_snapshot
+    from vllmdiag.stack_classes import ENGINE_SHUTDOWN
+
+    classes = classify_snapshot(v.snap)
+    return sum(1 for e in v.engines if (sc := classes.get(e["pid"])) is not None and sc.name == ENGINE_SHUTDOWN)
 
 
 def _coordinator(v: _View) -> list[Finding]:

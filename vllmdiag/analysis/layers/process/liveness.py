@@ -13,7 +13,7 @@ LAYER = "process"
 CODES = ("process.zombie", "process.stopped", "process.d_state", "process.rank_missing",
          "process.workers_orphaned", "process.engine_missing", "process.fd_pressure", "process.worker_starting",
          "process.frontend_missing", "process.workers_unseen", "process.shape", "process.ranks_elsewhere",
-         "process.engine_elsewhere")
+         "process.engine_elsewhere", "process.engine_shutting_down")
 VLLM_ROLES = ("engine_core", "worker", "worker_starting", "dp_coordinator", "api_server", "api_server_child",
               "llm_client")
 STATE_CODES = {"Z": ("process.zombie", "is a zombie (exited, not reaped)"),
@@ -30,9 +30,35 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
         out += _states(snapshot, dep, _inferred_ranks(missing))
         out += _orphans_and_missing_engine(snapshot, dep)
         out += _orphaned_engine(snapshot, dep) + _ray_workers(snapshot, dep) + _shape(snapshot, dep)
-        out += _engine_elsewhere(snapshot, dep)
+        out += _engine_elsewhere(snapshot, dep) + _engine_shutting_down(snapshot, dep, missing)
         out += missing + _stages_elsewhere(snapshot, dep, missing)
         out += _fd_pressure(snapshot, dep)
+    return out
+
+
+def _engine_shutting_down(snap: Snapshot, dep: Deployment, missing: list[Finding]) -> list[Finding]:
+    """An EngineCore in EngineCore.shutdown serves nothing: with the mp executor that is "Executor failed"
+    after a worker died. At TP>1 the surviving ranks show which one is gone (process.rank_missing); a lone
+    TP=1 worker that died leaves no rank to compare, so the engine going down is what names it."""
+    from vllmdiag.analysis.views.stack_match import classify_snapshot
+    from vllmdiag.stack_classes import ENGINE_SHUTDOWN
+
+    if missing:
+        return []
+    classes = classify_snapshot(snap)
+    out = []
+    for e in dep.engines:
+        sc = classes.get(e["pid"])
+        if sc is None or sc.name != ENGINE_SHUTDOWN:
+            continue
+        live = [w for w in dep.workers if w.get("state") not in ("Z", "X")]
+        why = ("and no worker of it is alive: its worker died (the executor failed) or it was told to stop"
+               if not live else f"while {len(live)} worker(s) still run")
+        out.append(finding("process.engine_shutting_down", LAYER, "critical", snap, dep,
+                           f"{display_title(e)} (pid {e['pid']}) is shutting down (EngineCore.shutdown in its main "
+                           f"thread) {why}: the deployment serves nothing.",
+                           [e["pid"]], {"stack": sc.key_frames, "where": sc.where, "live_workers": [w["pid"] for w in live]},
+                           [culprit(snap, e, "shutting down" + ("" if live else ": no live worker"))]))
     return out
 
 
