@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from vllmdiag.cli_errors import UsageError
+from vllmdiag.errors import BadInput
 from vllmdiag_sim.deployment import Deployment, SimError, state_root
 from vllmdiag_sim.faults import FAULTS, FaultError
 
@@ -44,7 +44,7 @@ def up(
         dep = Deployment.up(tp=tp, dp=dp, fault=fault, rank=rank, namespace=namespace, shm_size=shm_size,
                             port=port, nnodes=nnodes, node_rank=node_rank, master_port=master_port)
     except FaultError as exc:
-        raise UsageError(str(exc)) from None
+        raise BadInput(str(exc)) from None
     _show(dep, as_json)
 
 
@@ -56,24 +56,24 @@ def inject(
 ) -> None:
     """Put a fault into a running deployment."""
     if fault not in FAULTS:
-        raise UsageError(f"unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
+        raise BadInput(f"unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
     dep = _load(dep_id)
     try:
         dep.inject(fault, rank)
     except FaultError as exc:
-        raise UsageError(str(exc)) from None
+        raise BadInput(str(exc)) from None
     _show(dep, False)
 
 
 def _load(dep_id: str) -> Deployment:
     """A deployment by id, or one line naming the ones there are (bad input, exit 2)."""
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", dep_id):
-        raise UsageError(f"invalid deployment id {dep_id!r} (see `vllmdiag sim list`)")
+        raise BadInput(f"invalid deployment id {dep_id!r} (see `vllmdiag sim list`)")
     try:
         return Deployment.load(dep_id)
     except (SimError, ValueError, TypeError) as exc:
         known = ", ".join(d.id for d in Deployment.list_all()) or "none"
-        raise UsageError(f"no simulated deployment {dep_id!r} (running: {known}; see `vllmdiag sim list`)"
+        raise BadInput(f"no simulated deployment {dep_id!r} (running: {known}; see `vllmdiag sim list`)"
                          if isinstance(exc, SimError) else f"deployment {dep_id!r}: unreadable state ({exc})") from None
 
 

@@ -137,8 +137,11 @@ def build_app(argv: list[str] | None = None) -> Any:
             from vllmdiag_sim.cli import app as sim_app
 
             app.add_typer(sim_app, name="sim", help="Simulated vLLM 0.33 deployments with fault injection.")
-        except ImportError:
-            pass
+        except ModuleNotFoundError as exc:
+            # Only an absent simulator hides `sim`: a broken one (it once imported a deleted module) must
+            # say so, not turn into "No such command 'sim'".
+            if exc.name != "vllmdiag_sim":
+                raise
     for module, attr in (("vllmdiag.cli.sweep_command", "register"),
                          ("vllmdiag.cli.gate_command", "register"),
                          ("vllmdiag.cli.watch_command", "register")):
