@@ -33,6 +33,9 @@ LIVE_WORDS = re.compile(r"sim_state|sim_fixtures|fleet_fixtures|fake_tree|vllmdi
                         r"|collect_bounded|run_probes|CliRunner|\.invoke\(|\bmain\(|\bsweep\(|\bwatch\(|run_cli|_run\(")
 
 
+TESTS = Path(__file__).resolve().parent
+
+
 def _code_names(code: Any) -> set[str]:
     names = set(code.co_names) | set(code.co_varnames)
     for const in code.co_consts:
@@ -59,12 +62,22 @@ def _live_func(func: Any) -> bool:
         except (OSError, TypeError):
             return True
         module = sys.modules.get(getattr(f, "__module__", ""))
-        code = getattr(f, "__code__", None)
-        for name in _code_names(code) if code is not None else ():
+        codes = [getattr(f, "__code__", None)] + [getattr(m, "__code__", None) for m in vars(f).values()] \
+            if inspect.isclass(f) else [getattr(f, "__code__", None)]
+        for name in {n for c in codes if c is not None for n in _code_names(c)}:
             helper = getattr(module, name, None)
-            if inspect.isfunction(helper) and helper.__module__ == f.__module__:
-                todo.append(helper)
+            if (inspect.isfunction(helper) or inspect.isclass(helper)) and _ours(helper):
+                todo.append(helper)  # a helper of the tests (this module's, or tests/real_vllm's server)
     return False
+
+
+def _ours(obj: Any) -> bool:
+    import inspect
+
+    try:
+        return Path(inspect.getfile(obj)).resolve().is_relative_to(TESTS)
+    except (OSError, TypeError):
+        return False
 
 
 SESSION_INFRA: set[Any] = set()
