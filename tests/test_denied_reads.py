@@ -32,8 +32,8 @@ def test_without_its_environment_no_engine_is_unconfirmed_an_in_process_engine_h
 
 
 def test_processes_hidden_by_hidepid_make_no_deployment_say_so() -> None:
-    snap = Snapshot(node="n", collected_at="", vllmdiag_version="", duration_s=0.0,
-                    probes={"processes": ProbeResult("partial", 0.0, "cannot read", {"processes": [], "unreadable_pids": [7, 9]})})
+    hidden = ProbeResult("partial", 0.0, "cannot read", {"processes": [], "unreadable_pids": [7, 9]})
+    snap = Snapshot(node="n", collected_at="", vllmdiag_version="", duration_s=0.0, probes={"processes": hidden})
     verdict = analyze([snap]).verdict
     assert verdict.status == "no-deployment"
     assert "could not read 2 process(es)" in verdict.summary and verdict.next_steps
