@@ -23,22 +23,82 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # ---- fast pure tests and live ones (issue 27) ------------------------------------------------------
-# A test module is live when it starts something: the simulator, a subprocess, a namespace, sshd, a real
-# vLLM, a socket. `pytest -m unit` runs the pure ones (analysis, render, parsers: seconds), `-m live` the
-# rest; the README's one command runs both. Read from the module's text, so a new test is sorted by what
-# it does, never by a list someone forgets to update.
-LIVE_WORDS = re.compile(r"sim_fixtures|fleet_fixtures|fake_tree|vllmdiag_sim|subprocess|Popen|multiprocessing|os\.fork"
-                        r"|sshd|unshare|nsenter|real_vllm|socket\.socket|\bzmq\b|cpu_hog")
+# A test is live when it starts something: the simulator, a subprocess, a namespace, sshd, a real vLLM, a
+# socket, a collection on this host (triage, the CLI). Decided per test from what it runs: its own code, the
+# module helpers it calls and the fixtures it uses (transitively), never from a list someone forgets to
+# update. `pytest -m unit` runs the pure ones (analysis, render, parsers: seconds), `-m live` the rest;
+# the README's one command runs both. Source that cannot be read counts as live.
+LIVE_WORDS = re.compile(r"sim_state|sim_fixtures|fleet_fixtures|fake_tree|vllmdiag_sim|subprocess|Popen|multiprocessing"
+                        r"|os\.fork|sshd|unshare|nsenter|real_vllm|socket\.socket|\bzmq\b|cpu_hog|\btriage\(|collect_node"
+                        r"|collect_bounded|run_probes|CliRunner|\.invoke\(|\bmain\(|\bsweep\(|\bwatch\(|run_cli|_run\(")
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _code_names(code: Any) -> set[str]:
+    names = set(code.co_names) | set(code.co_varnames)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
 
 
 @functools.cache
-def is_live(path: Path) -> bool:
-    return bool(LIVE_WORDS.search(path.read_text(encoding="utf-8")))
+def _live_func(func: Any) -> bool:
+    """Whether ``func`` (a test, a fixture or a helper) or a same-module function it names starts something."""
+    import inspect
+
+    seen: set[Any] = set()
+    todo = [inspect.unwrap(func)]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        try:
+            if LIVE_WORDS.search(inspect.getsource(f)):
+                return True
+        except (OSError, TypeError):
+            return True
+        module = sys.modules.get(getattr(f, "__module__", ""))
+        codes = [getattr(f, "__code__", None)] + [getattr(m, "__code__", None) for m in vars(f).values()] \
+            if inspect.isclass(f) else [getattr(f, "__code__", None)]
+        for name in {n for c in codes if c is not None for n in _code_names(c)}:
+            helper = getattr(module, name, None)
+            if (inspect.isfunction(helper) or inspect.isclass(helper)) and _ours(helper):
+                todo.append(helper)  # a helper of the tests (this module's, or tests/real_vllm's server)
+    return False
+
+
+def _ours(obj: Any) -> bool:
+    import inspect
+
+    try:
+        return Path(inspect.getfile(obj)).resolve().is_relative_to(TESTS)
+    except (OSError, TypeError):
+        return False
+
+
+SESSION_INFRA: set[Any] = set()
+
+
+def is_live(item: pytest.Item) -> bool:
+    func = getattr(item, "function", None)
+    if func is None or _live_func(func):
+        return True
+    info = getattr(item, "_fixtureinfo", None)  # every fixture it uses, the fixtures' fixtures included
+    defs = [d for ds in (info.name2fixturedefs.values() if info is not None else ()) for d in ds]
+    return any(_live_func(d.func) for d in defs if d.func not in SESSION_INFRA
+               and not str(getattr(d.func, "__module__", "")).startswith("_pytest"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The session's own autouse fixtures (the optional CPU hog, the leftover sweep) wrap every test alike:
+    # they say nothing about what a test starts.
+    SESSION_INFRA.update(f.__wrapped__ if hasattr(f, "__wrapped__") else f for f in (_session_cpu_hog, _session_cleanup))
     for item in items:
-        item.add_marker(pytest.mark.live if is_live(Path(item.path)) else pytest.mark.unit)
+        item.add_marker(pytest.mark.live if is_live(item) else pytest.mark.unit)
 
 
 # ---- CPU hog (issue 15, item 15): the suite must hold with a busy core beside it ------------------

@@ -84,8 +84,13 @@ def test_the_fast_yaml_loader_reads_every_shipped_file_as_the_pure_python_one() 
 
 
 def test_tests_are_sorted_into_unit_and_live_by_what_they_start() -> None:
-    from conftest import is_live
+    """Per test, from what it runs: a pure test beside live ones in one module stays unit."""
+    import test_denied_reads
+    import test_error_fixes
+    import test_nonroot
+    from conftest import _live_func
 
-    here = Path(__file__).parent
-    assert not is_live(here / "test_new_finding.py") and not is_live(here / "test_gpu_fold.py")
-    assert is_live(here / "test_sim_cli.py") and is_live(here / "test_fleet_sweep.py")
+    assert not _live_func(test_denied_reads.test_processes_hidden_by_hidepid_make_no_deployment_say_so)
+    assert not _live_func(test_error_fixes.test_every_error_class_carries_its_own_one_line_fix)
+    assert _live_func(test_error_fixes.test_the_cli_prints_the_fix_on_its_one_line)  # a subprocess of the CLI
+    assert _live_func(test_nonroot.test_unprivileged_triage_reports_what_it_could_not_see)

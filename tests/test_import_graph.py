@@ -44,6 +44,15 @@ FORBIDDEN = {
 }
 # analysis/contract.py finds these by folder: the layer analyzers and the cross-node group checks
 ANALYZERS = ("vllmdiag.analysis.layers", "vllmdiag.analysis.across_nodes.checks")
+# Cross-node analyzers that are not checks/ (modules there that declare CODES): analyze_nodes calls these
+# by name, each for the reason given (docs/ARCHITECTURE.md, "Cross-node analysis"). Any other would be a
+# check that skipped the folder.
+ENGINE_STEPS = {
+    "vllmdiag.analysis.across_nodes.uniform_hang": "runs after the group checks, only on a Ray group where they found "
+    "nothing odd, and replaces each node's share's gpu.stall_suspected: a step of the join, not one more check",
+    "vllmdiag.analysis.across_nodes.dp_world_joined": "reads every node's deployments at once (DP ranks that are "
+    "separate `vllm serve` per node form no rank group) and replaces node-local codes (REPLACED)",
+}
 # Known edges that wait for another change to land, each with the reason. Empty is the goal.
 ALLOWED: set[tuple[str, str]] = set()
 
@@ -234,3 +243,18 @@ if __name__ == "__main__":
     print("\n".join(wrong_way(e)) or "no wrong-way imports")
     for c in cycles(graph(type_only=False)):
         print("cycle:", " <-> ".join(c))
+
+
+def test_cross_node_analyzers_outside_checks_are_exactly_the_named_engine_steps() -> None:
+    folder = ROOT / "vllmdiag" / "analysis" / "across_nodes"
+    declaring = {module_name(p) for p in folder.glob("*.py") if "CODES" in _top_level_names(p)}
+    assert declaring == set(ENGINE_STEPS), "a cross-node analyzer outside checks/: make it a check (CODES, check_group)"
+    assert all(len(why) > 40 for why in ENGINE_STEPS.values())
+
+
+def _top_level_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names

@@ -43,6 +43,11 @@ def test_unprivileged_triage_reports_what_it_could_not_see(reliability: Any) -> 
         titles = sorted(p["title"].split(" ")[0] for p in procs)
         assert titles == ["VLLM::EngineCore", "VLLM::Worker_TP0", "VLLM::Worker_TP1"]  # titles are world-readable
         assert all(p["num_fds"] is None and p["environ"] == {} for p in procs)  # fds and environ are not
+        # ... and the probe says so: each denied read is marked, the probe is partial and names them
+        assert all(p.get("fds_unreadable") == p.get("environ_unreadable") == "denied" for p in procs), procs
+        processes = doc["snapshot"]["probes"]["processes"]
+        assert processes["status"] == "partial" and "/proc/<pid>/environ" in processes["reason"]
+        assert "/proc/<pid>/fd" in processes["reason"]
         stacks = doc["snapshot"]["probes"].get("stacks")
         if stacks is not None:
             assert stacks["status"] in ("skipped", "partial", "error")

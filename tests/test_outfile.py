@@ -188,13 +188,13 @@ def test_gate_junit_dev_null_and_prom_dev_full(tmp_path: Path) -> None:
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
     assert out.returncode == 2, out.stderr
     assert json.loads(out.stdout)["gate"]["checks"]
-    assert out.stderr.strip() == "vllmdiag: --prom /dev/full: cannot write: No space left on device"
+    assert out.stderr.strip() == f"vllmdiag: --prom /dev/full: cannot write: No space left on device (fix: {OutputError.fix})"
 
 
 def test_collect_out_directory_is_exit_2_after_stdout(tmp_path: Path) -> None:
     out = _cli("collect", "--json", "--probe", "processes", "--out", str(tmp_path))
     assert out.returncode == 2 and json.loads(out.stdout)["schema_version"] == 1
-    assert out.stderr.strip().endswith("is a directory; name a file")
+    assert out.stderr.strip().endswith(f"is a directory; name a file (fix: {OutputError.fix})")
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("strace"), reason="needs root and strace")

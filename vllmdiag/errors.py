@@ -16,15 +16,18 @@ EXIT_INTERRUPTED = 130
 
 
 class VllmdiagError(Exception):
-    """A failure the user gets as one line (``str(exc)``) and ``exit_code``; never a traceback."""
+    """A failure the user gets as one line (``one_line(exc)``: the message, then what to do) and
+    ``exit_code``; never a traceback. Every class says its ``fix`` (pystack's help text per error)."""
 
     exit_code = EXIT_USAGE
+    fix = "run the command with --help to see what it takes"
 
 
 class BadInput(VllmdiagError):
     """Input we will not act on: shown as one line, exit 2."""
 
     exit_code = EXIT_USAGE
+    fix = "correct the option or value named above (the command's --help lists what it takes)"
 
 
 class Unreachable(VllmdiagError):
@@ -32,3 +35,12 @@ class Unreachable(VllmdiagError):
     guess, so it is inconclusive (exit 4), with the reason."""
 
     exit_code = EXIT_INCONCLUSIVE
+    fix = "check that the target named above is up and reachable from here (address, port, ssh), then run again"
+
+
+def one_line(exc: VllmdiagError) -> str:
+    """The error line the CLI prints: the message's first line, then " (fix: ...)" unless it already says one."""
+    lines = str(exc).splitlines()
+    message = lines[0] if lines else type(exc).__name__
+    fix = getattr(exc, "fix", "")
+    return message if not fix or "fix:" in message.lower() else f"{message} (fix: {fix})"

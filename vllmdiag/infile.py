@@ -26,6 +26,8 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCH
 class InputError(BadInput):
     """An input file cannot be used: one line, exit 2."""
 
+    fix = "name a readable regular file (or directory) of the kind the option expects, one you or root own"
+
 
 def read_input(path: Path | str, what: str, max_bytes: int) -> str:
     """The UTF-8 text of a regular file of at most max_bytes; InputError otherwise (never blocks)."""

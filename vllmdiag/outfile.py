@@ -39,6 +39,8 @@ _STD = {"-": 1, "/dev/stdout": 1, "/dev/stderr": 2}
 class OutputError(BadInput):
     """An output file could not be written: one line, exit 2."""
 
+    fix = "write to a path in a directory you own that others cannot write (not /proc, /sys or a device)"
+
 
 MAX_LINKS = 40  # as the kernel's ELOOP limit
 

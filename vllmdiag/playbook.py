@@ -33,6 +33,8 @@ REQUIRED = ("title", "meaning", "confirm", "remediation")
 class PlaybookError(BadInput, ValueError):
     """A playbook file that does not validate (bad input: exit 2)."""
 
+    fix = "correct the playbook file named above: each code needs title, meaning, confirm, causes and remediation"
+
 
 @functools.lru_cache(maxsize=1)
 def load_playbooks() -> dict[str, dict[str, Any]]:

@@ -24,6 +24,8 @@ class Probe:
 class RegistryError(BadInput, RuntimeError):
     """An unknown probe asked for (or a probe module without a valid SPEC): exit 2."""
 
+    fix = "use a probe name that `vllmdiag triage --help` lists (--probe, --enable)"
+
 
 def discover() -> dict[str, Probe]:
     import vllmdiag.probes as package

@@ -159,10 +159,10 @@ def overall(snapshots: list[Snapshot], reports: list[Judged], findings: list[Fin
             from vllmdiag.analysis.verdict_writer import write_verdict
 
             return write_verdict("degraded", node_warnings[0].layer, node_warnings, findings)
-        from vllmdiag.analysis.views.coverage import FIX
+        from vllmdiag.analysis.views.coverage import FIX, hidden_processes
         from vllmdiag.analysis.views.deployment_shapes import unchecked_pythons
 
-        unseen = [u for s in snapshots if (u := unchecked_pythons(s))]  # an in-process engine may hide there
+        unseen = [u for s in snapshots for u in (hidden_processes(s), unchecked_pythons(s)) if u]  # a vLLM may hide there
         return Verdict(status="no-deployment", summary="No vLLM deployment found on "
                        + ", ".join(sorted({s.node for s in snapshots})) + "." + "".join(f" {u}" for u in unseen),
                        evidence=unseen, next_steps=[FIX] if unseen else [])

@@ -19,7 +19,7 @@ from vllmdiag.cli.options import COLLECT, TRIAGE, typer_command, with_defaults
 from vllmdiag.cli.shared import arg as _arg
 from vllmdiag.cli.shared import emit
 from vllmdiag.cli.shared import opt as _opt
-from vllmdiag.errors import EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE, BadInput, VllmdiagError
+from vllmdiag.errors import EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE, BadInput, VllmdiagError, one_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -84,7 +84,7 @@ def _guard(fn: Callable[[], Any]) -> int:
         rc = fn()
         return int(rc) if isinstance(rc, int) else 0
     except VllmdiagError as exc:  # bad input (snapshots, rules, playbooks, options, files), unreachable, ...
-        return _fail(str(exc), exc.exit_code)
+        return _fail(one_line(exc), exc.exit_code)
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:

@@ -11,7 +11,7 @@ import sys
 
 from vllmdiag import __version__
 from vllmdiag.cli.options import COLLECT, add_to_parser
-from vllmdiag.errors import EXIT_USAGE, VllmdiagError
+from vllmdiag.errors import EXIT_USAGE, VllmdiagError, one_line
 from vllmdiag.model import strict_json
 
 
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
         snap = collect(probes=args.probe, options=options, budget_s=args.budget, confirm_s=args.confirm,
                        origin=origin, on_window=_say_confirming)
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
-        sys.stderr.write(f"vllmdiag collect: {exc}\n")
+        sys.stderr.write(f"vllmdiag collect: {one_line(exc)}\n")
         return exc.exit_code
     text = strict_json.dumps(snap.to_dict(), default=str)
     if args.json_out or not args.out:
@@ -76,6 +76,6 @@ def main(argv: list[str]) -> int:
             write_output(args.out, text + "\n", "--out")
         except OutputError as exc:
             sys.stdout.flush()
-            sys.stderr.write(f"vllmdiag collect: {exc}\n")
+            sys.stderr.write(f"vllmdiag collect: {one_line(exc)}\n")
             return exc.exit_code
     return 0

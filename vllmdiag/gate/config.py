@@ -47,7 +47,7 @@ _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40
 
 
 class ConfigError(BadInput):
-    pass
+    fix = "correct the gate config entry named above (`vllmdiag gate --help` lists the checks and their keys)"
 
 
 MAX_CONFIG_BYTES = 1 << 20

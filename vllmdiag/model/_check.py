@@ -11,6 +11,8 @@ from vllmdiag.errors import BadInput
 class SnapshotError(BadInput, ValueError):
     """Input that is not a snapshot (or report) we can read: one line, shown to the user as is."""
 
+    fix = "pass a snapshot or report as vllmdiag wrote it (collect, --json, --save, sweep --save), unedited"
+
 
 def expect_dict(raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(raw, dict):

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.probes._procfs import list_pids, read_text, readlink_checked
+from vllmdiag.probes._procfs import list_pids, read_text, readlink_checked  # read_text: our own status only
 
 # The initial PID namespace has a fixed inode (PROC_PID_INIT_INO, include/linux/proc_ns.h); the
 # analysis keeps the same constant (it may not import probes). Anything else is a container's.

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.probes._procfs import readlink
+from vllmdiag.probes._procfs import read_text, readlink
 
 # A compiled extension directly in a `vllm` package directory (or its flash-attention subpackage).
 EXTENSION = re.compile(r"/vllm/(?:vllm_flash_attn/)?_[A-Za-z0-9_]*\.(?:abi3\.|cpython-[^/]*\.)?so$")
@@ -121,10 +121,8 @@ def evidence(proc_dir: Path) -> tuple[dict[str, Any] | None, str]:
     found, how = mapped_extensions(proc_dir / "maps")
     if not found:
         return None, how
-    try:
-        io_text: str | None = (proc_dir / "io").read_text()
-    except OSError:
-        io_text = None
+    # The maps read above already said "denied" (io has maps' ptrace rule): a miss here is only no counters.
+    io_text = read_text(proc_dir / "io")
     return {"selected_as": "vllm_mapped", "vllm_extensions": found, "gpu_fds": gpu_device_fds(proc_dir / "fd"),
             "io": io_counters(io_text)}, how
 

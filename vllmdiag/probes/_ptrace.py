@@ -15,19 +15,21 @@ import signal
 import time
 from pathlib import Path
 
+from vllmdiag.probes._procfs import read_text
+
 PROC = Path("/proc")
 SETTLE_S = 1.0  # a loaded node may take this long to schedule a woken task
 
 
 def tracer_tid(pid: int, proc_root: Path = PROC) -> int:
     """The thread id that ptrace-attached ``pid`` (its ``TracerPid``), 0 when none or unreadable."""
-    try:
-        with open(proc_root / str(pid) / "status", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"TracerPid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
+    # status is world-readable: a miss is a pid that is gone, traced by nobody.
+    for line in (read_text(proc_root / str(pid) / "status") or "").splitlines():
+        if line.startswith("TracerPid:"):
+            try:
+                return int(line.split()[1])
+            except (ValueError, IndexError):
+                return 0
     return 0
 
 

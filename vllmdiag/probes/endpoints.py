@@ -14,7 +14,7 @@ from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes import _zmtp
 from vllmdiag.probes._access import blind_reason
-from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes._procfs import read_text  # our own net/unix only: a miss is no /proc
 from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.probes.sockets import parse_unix
 

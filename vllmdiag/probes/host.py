@@ -8,7 +8,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
-from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes._procfs import read_text  # the system's files and our own: a miss is "not on this kernel"
 from vllmdiag.probes._procfs import readlink as _readlink
 
 SPEC = ProbeSpec(name="host", layer="host", description="hostname, kernel, container hints, /dev/shm, limits",

@@ -14,7 +14,7 @@ from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.probes._access import blind_reason
 from vllmdiag.probes._httpget import BadResponse, describe, request
-from vllmdiag.probes._procfs import read_cmdline, read_text, redact_argv
+from vllmdiag.probes._procfs import DENIED, read_cmdline, read_proc, read_text, redact_argv
 from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.probes.endpoints import API_ROLES, http_port, scope
 from vllmdiag.probes.sockets import parse_tcp, socket_inodes
@@ -96,8 +96,12 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     # Listeners and client connections come from the API server's fds: unreadable fds mean the
     # HTTP side was not seen, which is not "no listener" (issue 15, item 4).
     blind = sorted({p["pid"] for p in api} & set(socks.get("unreadable_pids") or []))
+    tables = sorted(({pid for s in servers if s.get("tables_unreadable") for pid in s["pids"]}
+                     | {a["pid"] for a in out["api_servers"] if a.get("tables_unreadable")}) - set(blind))
     dropped = sorted({d for s in servers for m in s.get("metrics") or [] for d in m.get("metrics_dropped") or []})
-    why = [blind_reason("/proc/<pid>/fd", blind)] if blind else []
+    why = ([blind_reason("/proc/<pid>/fd", blind)] if blind else []) + (
+        [blind_reason("/proc/<pid>/net/tcp", tables)] if tables else [])
+    blind = sorted(blind + tables)
     if dropped:  # said where a person reads it, not only in the sample (issue 25 item 7)
         why.append("/metrics values dropped (not finite or negative): " + ", ".join(dropped[:MAX_DROPPED]))
     if blind:
@@ -141,17 +145,24 @@ def _api_info(ctx: Context, p: dict[str, Any], socks: dict[str, Any]) -> dict[st
     # up in every table (reading a busy host's tables again cost ~10 ms).
     known = {e["inode"] for table in ("tcp", "unix") for e in socks.get(table, []) if isinstance(e, dict)}
     rest = set(held or []) - known
-    unlisted = None if held is None else sorted(rest - _listed_inodes(ctx, pid)) if rest else []
+    listed = _listed_inodes(ctx, pid) if held is not None and rest else set()
+    # None: unknown (fds or a table not ours to read), never "bound and not listening".
+    unlisted = None if held is None or listed is None else sorted(rest - listed) if rest else []
     return {"pid": pid, "role": p.get("role"), "age_s": p.get("age_s"), "cfg_port": http_port(p),
             "tcp_listen": sorted(t["local"] for t in socks.get("tcp", []) if t["state"] == "LISTEN" and pid in t["pids"]),
             "unix_listen": sorted(u["path"] for u in socks.get("unix", []) if u["listening"] and pid in u["pids"]),
-            "unlisted_socket_inodes": None if unlisted is None else unlisted[:64]}
+            "unlisted_socket_inodes": None if unlisted is None else unlisted[:64],
+            **({"tables_unreadable": "denied"} if listed is None else {})}
 
 
-def _listed_inodes(ctx: Context, pid: int) -> set[int]:
+def _listed_inodes(ctx: Context, pid: int) -> set[int] | None:
+    """Inodes listed in the pid's net tables; None when one may not be read (a table the kernel lacks: GONE)."""
     listed: set[int] = set()
     for table, idx in NET_TABLES.items():
-        for line in (read_text(ctx.proc(pid, "net", table)) or "").splitlines()[1:]:
+        text = read_proc(ctx.proc(pid, "net", table))
+        if text is DENIED:
+            return None
+        for line in (text if isinstance(text, str) else "").splitlines()[1:]:
             parts = line.split()
             if len(parts) > idx and parts[idx].isdigit():
                 listed.add(int(parts[idx]))
@@ -163,6 +174,9 @@ def _sample_conns(ctx: Context, server: dict[str, Any], i: int) -> None:
     for pid in server["pids"]:
         mine |= set(socket_inodes(ctx, pid) or [])
     table = _tcp_table(ctx, server["pids"][0], server["port"])
+    if table is None:
+        server["tables_unreadable"] = "denied"  # no connection seen is not "no client connected"
+        return
     # A local client's socket is in the same table: its Recv-Q says whether it holds unread bytes.
     peers = {(e["local"], e["remote"]): e for e in table}
     for e in table:
@@ -176,12 +190,14 @@ def _sample_conns(ctx: Context, server: dict[str, Any], i: int) -> None:
         c["peer_recv_q"][i] = peer["recv_q"] if peer else None
 
 
-def _tcp_table(ctx: Context, pid: int, port: int) -> list[dict[str, Any]]:
+def _tcp_table(ctx: Context, pid: int, port: int) -> list[dict[str, Any]] | None:
     """The rows with ``port`` at either end (the server's side and a local client's): a busy host's
-    table has thousands of other rows, and parsing each cost more than the read."""
+    table has thousands of other rows, and parsing each cost more than the read. None: denied."""
     mark = f":{port:04X} "
-    return [e for fname, fam in (("net/tcp", 4), ("net/tcp6", 6))
-            for e in parse_tcp(_rows_with(read_text(ctx.proc(pid, fname)) or "", mark), fam)]
+    texts = [(read_proc(ctx.proc(pid, fname)), fam) for fname, fam in (("net/tcp", 4), ("net/tcp6", 6))]
+    if any(text is DENIED for text, _ in texts):
+        return None
+    return [e for text, fam in texts for e in parse_tcp(_rows_with(text if isinstance(text, str) else "", mark), fam)]
 
 
 def _rows_with(text: str, mark: str) -> str:
@@ -194,7 +210,7 @@ def _find_peers(ctx: Context, server: dict[str, Any]) -> None:
     suspects = [c for c in server["connections"] if None not in c["send_q"] and 0 < c["send_q"][0] <= c["send_q"][1]]
     if not suspects:
         return
-    table = _tcp_table(ctx, server["pids"][0], server["port"])
+    table = _tcp_table(ctx, server["pids"][0], server["port"]) or []  # denied: said by _sample_conns
     want: dict[int, dict[str, Any]] = {}
     for c in suspects:
         peer = next((e for e in table if e["local"] == c["remote"] and e["remote"] == c["local"]), None)
@@ -208,7 +224,7 @@ def _find_peers(ctx: Context, server: dict[str, Any]) -> None:
             for inode in set(socket_inodes(ctx, int(name)) or []) & set(want):
                 peer = want.pop(inode)
                 peer["pid"] = int(name)
-                peer["comm"] = (read_text(ctx.proc(name, "comm")) or "").strip()
+                peer["comm"] = (read_text(ctx.proc(name, "comm")) or "").strip()  # a name only: a miss is none
                 peer["cmdline"] = " ".join(redact_argv(read_cmdline(ctx.proc(name)) or []))[:160]
 
 

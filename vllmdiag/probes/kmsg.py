@@ -19,6 +19,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec, Skip
+from vllmdiag.probes._procfs import read_text
 
 SPEC = ProbeSpec(name="kmsg", layer="gpu", description="NVIDIA Xid/NVRM/NVLink lines from the kernel log (read-only)",
                  timeout_s=3.0)
@@ -105,7 +106,6 @@ def parse_record(line: str, uptime_s: float | None) -> dict[str, Any] | None:
 
 def _uptime(ctx: Context) -> float | None:
     try:
-        with open(ctx.proc("uptime")) as fh:
-            return float(fh.read().split()[0])
-    except (OSError, ValueError, IndexError):
+        return float((read_text(ctx.proc("uptime")) or "").split()[0])  # the system's: a miss is no /proc
+    except (ValueError, IndexError):
         return None

@@ -16,7 +16,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import ProbeSpec
-from vllmdiag.probes._procfs import list_pids, parse_environ, read_text, readlink
+from vllmdiag.probes._procfs import list_pids, parse_environ, read_text, readlink  # see _owners: a miss is nothing
 
 SPEC = ProbeSpec(name="preflight", layer="host", description="limits, py-spy, listening ports, env, rpc base dir",
                  default=False,  # gate-only: enabled by options["preflight"] (vllmdiag gate, sweep --gate)
@@ -58,7 +58,8 @@ def listening_tcp(ctx: Context) -> list[dict[str, Any]]:
 
 
 def _owners(ctx: Context, rows: list[dict[str, Any]]) -> None:
-    """Fill pids/comm of the listeners we care about (only those: scanning every fd costs)."""
+    """Fill pids/comm of the listeners we care about (only those: scanning every fd costs). The gate says
+    "busy" from the table; a holder we may not see is only left unnamed, so its misses are nothing."""
     wanted = {f"socket:[{r['inode']}]": r for r in rows}
     if not wanted:
         return

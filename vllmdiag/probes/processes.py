@@ -15,9 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.probe import ProbeSpec
+from vllmdiag.probe import Partial, ProbeSpec
 from vllmdiag.probes import _inproc
-from vllmdiag.probes._procfs import DENIED, list_pids, parse_environ, parse_stat, read_cmdline, read_proc, read_text, redact_argv
+from vllmdiag.probes._access import blind_reason
+from vllmdiag.probes._procfs import (
+    DENIED,
+    ProcMiss,
+    list_pids,
+    parse_environ,
+    parse_stat,
+    read_cmdline,
+    read_proc,
+    read_text,
+    redact_argv,
+)
 from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.titles import parse_cmdline
 
@@ -37,17 +48,20 @@ SEED_ROLES = {"api_server", "engine_core", "worker", "dp_coordinator", "api_serv
 PARENT_OF = {"engine_core", "worker", "dp_coordinator", "vllm_other"}  # seeds whose parent we describe
 
 
-def collect(ctx: Context) -> dict[str, Any]:
+def collect(ctx: Context) -> dict[str, Any] | Partial:
     ticks = os.sysconf("SC_CLK_TCK")
     page = os.sysconf("SC_PAGE_SIZE")
     btime = _boot_time(ctx.proc_root)
     table: dict[int, dict[str, Any]] = {}
+    hidden: list[int] = []  # listed but not ours to read (/proc mounted hidepid=1): a vLLM may hide there
     for pid in list_pids(ctx.proc_root):
         base = ctx.proc(pid)
-        stat_text = read_text(base / "stat")
-        stat = parse_stat(stat_text) if stat_text else None
+        stat_text = read_proc(base / "stat")
+        if stat_text is DENIED:
+            hidden.append(pid)
+        stat = parse_stat(stat_text) if isinstance(stat_text, str) and stat_text else None
         if stat is None:
-            continue  # vanished
+            continue  # vanished, or denied (listed above)
         argv = read_cmdline(base) or []
         table[pid] = {"pid": pid, "argv": argv, "stat": stat}  # comm: read for the chosen few only
     chosen = _select(table, ctx.title_prefix)
@@ -64,14 +78,35 @@ def collect(ctx: Context) -> dict[str, Any]:
                 p["role"] = "llm_client"  # a Python that started vLLM processes: their client (LLM())
             else:
                 above.append(p)  # init, a shell, a subreaper, raylet: context, not a vLLM process
-    return {
+    described = [p for p in procs if p is not None and not any(p is a for a in above)]
+    data = {
         "title_prefix": ctx.title_prefix,
         "pid_count": len(table),
         "self_pid": os.getpid(),
-        "processes": [p for p in procs if p is not None and not any(p is a for a in above)],
+        "processes": described,
         "parents": above,
         "inprocess_scan": scan,
+        "unreadable_pids": hidden,
     }
+    denied = _denied_reads(described)
+    why = ([blind_reason("/proc/<pid>/stat", hidden)] if hidden else []) + [
+        blind_reason(f"/proc/<pid>/{what}", pids) for what, pids in denied.items()]
+    return Partial(data, "; ".join(why)) if why else data
+
+
+# Per-process reads whose denial changes a verdict, and the marker that says so ("<key>_unreadable": "denied"):
+# environ (the settings analysis reads: in-process engine, ready timeout), fd (the fd-exhaustion check),
+# status (uid, namespace pids), limits (RLIMIT_NOFILE, RLIMIT_NPROC).
+MARKED = {"environ": "environ", "fds": "fd", "status": "status", "limits": "limits"}
+
+
+def _denied_reads(procs: list[dict[str, Any]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for key, what in MARKED.items():
+        pids = [p["pid"] for p in procs if p.get(f"{key}_unreadable") == "denied"]
+        if pids:
+            out[what] = pids
+    return out
 
 
 def _select(table: dict[int, dict[str, Any]], prefix: str) -> set[int]:
@@ -145,15 +180,23 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
     # per-thread, fd, limit and environment reads (all but a deployment root's) are for triage.
     cheap = bool(ctx.options.get("cheap"))
     threads = [] if cheap else _threads(base / "task")
-    status = None if cheap else read_text(base / "status")
+    status = None if cheap else read_proc(base / "status")
     environ = read_proc(base / "environ") if not cheap or info.role in CHEAP_ENV_ROLES else None
+    limits = None if cheap else read_proc(base / "limits")
+    fds = None if cheap else _count(base / "fd")
     argv = redact_argv(row["argv"])
+    # A denied read is a blind spot, not an empty answer: each says which (gone and zombie need no word).
+    denied = {f"{key}_unreadable": "denied" for key, got in
+              (("environ", environ), ("fds", fds), ("status", status), ("limits", limits)) if got is DENIED}
+    status, limits = (t if isinstance(t, str) else None for t in (status, limits))
     return {
         "pid": pid,
         "ppid": stat["ppid"],
         "pgid": stat["pgid"],
         "title": " ".join(argv)[:512],
         "cmdline": argv[:64],
+        # comm and wchan only name things: comm is world-readable (what hides it hides stat too, above), and
+        # the kernel writes "0" into a wchan we may not see rather than refusing the read.
         "comm": (read_text(base / "comm") or "").strip(),
         "role": info.role,
         "name": info.name,
@@ -170,17 +213,16 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         "rss_bytes": int(stat["rss_pages"]) * page,
         "start_time": round(btime + start_s, 2),
         "age_s": round(max(0.0, uptime - start_s), 2),
-        "num_fds": None if cheap else _count(base / "fd"),
-        "rlimit_nofile": None if cheap else _limit(read_text(base / "limits"), "Max open files"),
-        "rlimit_nproc": None if cheap else _limit(read_text(base / "limits"), "Max processes"),
+        "num_fds": fds if isinstance(fds, int) else None,
+        "rlimit_nofile": _limit(limits, "Max open files"),
+        "rlimit_nproc": _limit(limits, "Max processes"),
         "uid": _uid(status),
         # Pids of this process in each pid namespace, outermost first (a container's pid last):
         # NVML and a containerised vLLM name the same process differently.
         "nspid": _nspid(status),
         "environ": parse_environ(environ, ENV_KEEP) if isinstance(environ, str) and environ else {},
         "ns": {n: _readlink(base / "ns" / n) for n in ("pid", "mnt", "net")},
-        # A denied environ is a blind spot, not an empty environment: say which (gone/zombie need no word).
-        **({"environ_unreadable": "denied"} if environ is DENIED else {}),
+        **denied,
     }
 
 
@@ -190,7 +232,7 @@ def _threads(task_dir: Path) -> list[dict[str, Any]]:
         tids = sorted(int(t) for t in os.listdir(task_dir) if t.isdigit())
     except OSError:
         return out
-    for tid in tids[:256]:
+    for tid in tids[:256]:  # task/ is world-readable: a miss here is a thread that just ended
         name = read_text(task_dir / str(tid) / "comm")
         stat_text = read_text(task_dir / str(tid) / "stat")
         stat = parse_stat(stat_text) if stat_text else None
@@ -208,9 +250,12 @@ def _nspid(status: str | None) -> list[int] | None:
     return None
 
 
-def _count(path: Path) -> int | None:
+def _count(path: Path) -> int | ProcMiss | None:
+    """How many fds; DENIED when not ours to list (another user's process), None when it is gone."""
     try:
         return len(os.listdir(path))
+    except PermissionError:
+        return DENIED
     except OSError:
         return None
 
@@ -232,6 +277,7 @@ def _uid(status: str | None) -> int | None:
 
 
 
+# /proc/stat and /proc/uptime are the system's, readable by anyone: a miss means no /proc at all.
 def _boot_time(proc_root: Path) -> float:
     for line in (read_text(proc_root / "stat") or "").splitlines():
         if line.startswith("btime "):

@@ -10,7 +10,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec
 from vllmdiag.probes._access import DENIED, blind_reason, fd_targets
-from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes._procfs import GONE, ProcMiss, read_proc
 
 SPEC = ProbeSpec(name="sockets", layer="handshake", description="unix/tcp sockets per vLLM process",
                  requires=("processes",), timeout_s=3.0)
@@ -39,34 +39,47 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     unix: list[dict[str, Any]] = []
     tcp: list[dict[str, Any]] = []
     live_paths: set[str] = set()
+    tables_denied: list[int] = []  # a namespace's tables we may not read (/proc hidepid=1): its sockets unseen
     for ns, pids in sorted(netns_pids.items()):
         # The first pid may have exited since the processes probe (another deployment shutting down):
         # reading its net/unix then fails and would hide every socket of the namespace; try the next.
-        rep, text = next(((p, t) for p in pids if (t := _read_unix(ctx, p)) is not None), (pids[0], ""))
+        rep, text, denied = pids[0], "", False
+        for pid in pids:
+            got = _read_unix(ctx, pid)
+            if isinstance(got, str):
+                rep, text, denied = pid, got, False  # another pid's table of the same namespace serves
+                break
+            denied |= got is DENIED
         for entry in parse_unix(text):
             if entry["path"]:
                 live_paths.add(entry["path"])
             if entry["inode"] in owners:
                 unix.append({**entry, "pids": owners[entry["inode"]], "netns": ns})
         for fname, fam in (("net/tcp", 4), ("net/tcp6", 6)):
-            for entry in parse_tcp(read_text(ctx.proc(rep, fname)) or "", fam, owners):
+            got = read_proc(ctx.proc(rep, fname))  # GONE: the pid exited, or no IPv6: nothing to list
+            denied |= got is DENIED
+            for entry in parse_tcp(got if isinstance(got, str) else "", fam, owners):
                 if entry["inode"] in owners:
                     tcp.append({**entry, "pids": owners[entry["inode"]], "netns": ns})
+        if denied:
+            tables_denied += pids
     # A pid whose fds we could not read has an unknown socket count (None), never 0: "0 sockets"
     # would read as "the endpoint is gone" (issue 15, item 4).
     data = {"unix": unix, "tcp": tcp, "live_unix_paths": sorted(live_paths),
             "socket_fds": {str(p["pid"]): None if p["pid"] in unreadable else
                            sum(1 for pids in owners.values() if p["pid"] in pids) for p in procs},
-            "unreadable_pids": sorted(unreadable)}
-    if unreadable:
-        return Partial(data, blind_reason("/proc/<pid>/fd", unreadable))
+            "unreadable_pids": sorted(set(unreadable) | set(tables_denied))}
+    why = ([blind_reason("/proc/<pid>/fd", unreadable)] if unreadable else []) + (
+        [blind_reason("/proc/<pid>/net tables", tables_denied)] if tables_denied else [])
+    if why:
+        return Partial(data, "; ".join(why))
     return data
 
 
-def _read_unix(ctx: Context, pid: int) -> str | None:
+def _read_unix(ctx: Context, pid: int) -> str | ProcMiss:
     if ctx.options.get("cheap"):  # the HTTP listener is TCP; net/unix lists every socket of the host
-        return "" if ctx.proc(pid).exists() else None
-    return read_text(ctx.proc(pid, "net/unix"))
+        return "" if ctx.proc(pid).exists() else GONE
+    return read_proc(ctx.proc(pid, "net/unix"))
 
 
 def socket_inodes(ctx: Context, pid: int) -> list[int] | None:

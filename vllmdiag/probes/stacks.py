@@ -21,7 +21,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
-from vllmdiag.probes._procfs import parse_stat, read_text
+from vllmdiag.probes._procfs import parse_stat, read_text  # sysctl, our status, a stat anyone may read: a miss is nothing
 from vllmdiag.probes._ptrace import resume_stopped, traced_by
 from vllmdiag.probes._pyspy_text import parse_tree_dump
 

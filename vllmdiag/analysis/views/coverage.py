@@ -77,6 +77,13 @@ def progress_blind(snapshot: Snapshot, pids: set[int]) -> str:
     return "; ".join(parts) + (f". {FIX}" if denied else "")
 
 
+def hidden_processes(snapshot: Snapshot) -> str | None:
+    """A sentence when /proc listed processes the processes probe may not read (hidepid=1): a vLLM may run there."""
+    pids = [p for p in snapshot.data("processes").get("unreadable_pids") or [] if isinstance(p, int)]
+    return (f"{snapshot.node}: could not read {len(pids)} process(es) listed in /proc (pid {_list(pids)}: permission "
+            "denied, /proc mounted with hidepid): a vLLM deployment there would not be seen.") if pids else None
+
+
 def _list(pids: list[Any]) -> str:
     return ", ".join(map(str, pids[:8])) + (f" (+{len(pids) - 8} more)" if len(pids) > 8 else "")
 
@@ -86,10 +93,32 @@ def _list(pids: list[Any]) -> str:
 LAYER_PROBES = {"handshake": ("sockets", "endpoints"), "client": ("http", "sockets"), "queue": ("shm", "rings")}
 
 
+# Findings decided by a setting in a process's environment (absent, vLLM's default is assumed): with that
+# environment denied (the processes probe's environ_unreadable marker) the default is a guess.
+ENV_DECIDED = {"process.engine_missing": "VLLM_ENABLE_V1_MULTIPROCESSING",
+               "handshake.http_not_listening": "VLLM_ENGINE_READY_TIMEOUT_S",
+               "handshake.engine_endpoint_gone": "VLLM_ENABLE_V1_MULTIPROCESSING",
+               "handshake.engine_not_registered": "VLLM_ENABLE_V1_MULTIPROCESSING"}
+
+
+def environ_denied(snapshot: Snapshot) -> set[int]:
+    procs = snapshot.data("processes").get("processes") or []
+    return {p["pid"] for p in procs if isinstance(p, dict) and isinstance(p.get("pid"), int)
+            and p.get("environ_unreadable") == "denied"}
+
+
 def cap_blind(snapshot: Snapshot, findings: list[Any]) -> None:
     """The safety net under every layer: a critical or warning finding about a pid its probes could
     not read becomes info and says so. Never a confident verdict from a blind probe."""
+    env_blind = environ_denied(snapshot)
     for f in findings:
+        setting = ENV_DECIDED.get(f.code)
+        unseen = sorted(env_blind & set(f.pids)) if setting and f.severity != "info" else []
+        if unseen:
+            f.severity = "info"
+            f.message += (f" (Unconfirmed: {setting} decides this, and the environment of pid(s) {_list(unseen)} "
+                          "could not be read; permission denied.)")
+            f.evidence["environ_unreadable_pids"] = unseen
         probes = LAYER_PROBES.get(f.layer)
         if not probes or f.severity == "info":
             continue

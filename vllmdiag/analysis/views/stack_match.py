@@ -30,6 +30,8 @@ Frame = tuple[str, str, int]
 class StackRulesError(BadInput, ValueError):
     """A stack rules file (ours or VLLMDIAG_STACK_RULES) that does not validate (bad input: exit 2)."""
 
+    fix = "correct the rules file named above (the schema of playbooks/stack_rules.yaml), or unset VLLMDIAG_STACK_RULES"
+
 
 @dataclass(frozen=True)
 class Pattern:
