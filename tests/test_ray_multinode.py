@@ -40,7 +40,7 @@ def run_json(*args: str) -> tuple[int, dict[str, Any]]:
 def swept(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp(f"ray-{request.param}")
     # A uniform hang is only called after the engine's node watched its ranks not move (sweep --confirm).
-    confirm = ["--confirm", "4"] if request.param == "uniform-collective" else []
+    confirm = ["--confirm", "5"] if request.param == "uniform-collective" else []
     with two_node_ray(tmp, request.param, None if request.param == "healthy" else 3) as deps:
         for name, dep in zip(("gpu00", "gpu01"), deps, strict=True):
             (tmp / name).symlink_to(f"/proc/{ns_init_pid(dep.launcher_pid)}")
