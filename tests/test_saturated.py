@@ -69,6 +69,47 @@ def test_no_boost_and_the_environment_variable_keep_normal_priority() -> None:
     assert json.loads(out.stdout)["options"]["priority"]["why"] == "VLLMDIAG_BOOST=0"
 
 
+# What may load before the tool raises its priority: the interpreter's own start-up modules, then these.
+BEFORE_BOOST = {"vllmdiag", "vllmdiag.priority", "vllmdiag.__main__", "resource", "__future__"}
+
+
+def test_the_command_raises_its_priority_before_it_loads_anything_else() -> None:
+    """On a saturated node each CPU millisecond before the boost costs ~0.1 s of wall time (issue 24:
+    `python -S -c pass`, 12 ms of CPU, took 1.3-3.7 s there): the command's door loads nothing heavy
+    first, and the installed command is our own script, not pip's wrapper (which imports `re` first)."""
+    out = subprocess.run([sys.executable, "-S", "-X", "importtime", "-c", "import vllmdiag.__main__"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT, env=ENV)
+    assert out.returncode == 0, out.stderr
+    names = [line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
+    ours = names[names.index("vllmdiag"):]
+    assert set(ours) <= BEFORE_BOOST | {"_stat", "stat", "_collections_abc", "genericpath", "posixpath", "os"}, ours
+    import ast
+
+    script = (ROOT / "scripts" / "vllmdiag").read_text()
+    assert script.startswith("#!python\n")  # pip points it at the installing interpreter
+    imported = {a.name for node in ast.walk(ast.parse(script)) if isinstance(node, ast.Import) for a in node.names}
+    imported |= {node.module or "" for node in ast.walk(ast.parse(script)) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"sys", "vllmdiag.__main__"}
+
+
+@needs_root
+def test_boost_first_boosts_the_commands_that_look_at_a_node_and_nothing_else() -> None:
+    code = ("import json, os, sys\nfrom vllmdiag.priority import boost_first\nboost_first(sys.argv[1:])\n"
+            "print(json.dumps([os.sched_getscheduler(0), 'vllmdiag.cli.app' in sys.modules]))")
+    def policy(*argv: str) -> list[Any]:
+        out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                             cwd=ROOT, env=ENV)
+        assert out.returncode == 0, out.stderr
+        return list(json.loads(out.stdout))
+    got = policy("triage", "--json")
+    if got[0] != os.SCHED_FIFO:
+        pytest.skip("SCHED_FIFO refused here")
+    assert got == [os.SCHED_FIFO, False]  # boosted, and the CLI not yet loaded
+    assert policy("collect")[0] == policy("gate")[0] == os.SCHED_FIFO
+    for argv in (("triage", "--no-boost"), ("triage", "-h"), ("analyze", "x.json"), ("sweep", "gpu01"), ()):
+        assert policy(*argv)[0] == os.SCHED_OTHER, argv
+
+
 def test_without_rt_throttling_it_never_takes_sched_fifo(tmp_path: Path) -> None:
     runtime = tmp_path / "sched_rt_runtime_us"
     runtime.write_text("-1\n")
