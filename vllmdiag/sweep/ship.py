@@ -63,11 +63,15 @@ _SKIP_DIRS = ("render", "sweep", "gate")
 _SKIP_FILES = ("__main__.py",)
 _SHIP_DOORS = ("__init__.py", "collect.py", "options.py")  # of vllmdiag/cli/: the collector's door only
 MAIN = (
-    "import os, platform, sys, zipfile\n"
+    "import os, sys\n"
     "if sys.version_info < (3, 10):\n"
     "    sys.stderr.write('vllmdiag collect: needs Python >= 3.10, this is %s\\n' % sys.version.split()[0])\n"
     "    raise SystemExit(2)\n"
+    "# First, as the installed command does (vllmdiag/__main__.py): CPU on a saturated node.\n"
+    "from vllmdiag.priority import boost_first\n"
+    "boost_first(['collect'] + sys.argv[1:])\n"
     "def _py_spy():\n"
+    "    import platform, zipfile\n"
     "    # A bundled py-spy goes next to the bundle (the ship snippet's temp dir, removed after the run) and\n"
     "    # on PATH after the node's own: only when built for this machine's architecture.\n"
     "    here = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
