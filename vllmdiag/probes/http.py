@@ -66,17 +66,21 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
         s["health"], first = netns_get(ctx, s, ["/health", "/metrics"], min(2.0, max(0.2, ctx.remaining() / 4)))
         s["metrics"] = [_as_metrics(first, start)] if first else []
     step = min(2.0, max(0.2, ctx.remaining() / 4))
+    # The counters first: the window between the two /metrics samples counts from the moment the last
+    # server's first one was asked for, and /health and the client queues are read inside it, not before.
+    t0 = time.monotonic()
+    for s in gets:
+        t0 = time.monotonic()
+        s["metrics"] = [metrics_sample(s, step, start)]
     for s in [] if cheap else servers:
         _sample_conns(ctx, s, 0)
     for s in gets:
         if not cheap:
             s["health"] = get(s["host"], s["port"], "/health", step)
-        s["metrics"] = [metrics_sample(s, step, start)]
         if ctx.options.get("probe_request"):
             limit = float(ctx.options.get("probe_request_timeout_s", 8.0))
             s["probe_request"] = probe_request(s, min(limit, ctx.remaining() - RESERVE_S))
     # Second sample near the end of the triage (samplers overlap the slow probes), at least MIN_GAP_S later.
-    t0 = time.monotonic()
     end = min(start + SPEC.timeout_s, t0 + ctx.remaining()) - RESERVE_S
     ctx.wait_others(end - time.monotonic())
     time.sleep(max(0.0, min(t0 + MIN_GAP_S, end) - time.monotonic()))
