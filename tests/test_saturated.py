@@ -181,3 +181,26 @@ def test_a_command_that_looks_ends_at_its_verdict_without_the_interpreter_teardo
     saved.write_text(looked.stdout)
     analyzed = run("analyze", str(saved), "--json")
     assert json.loads(analyzed.stdout)["verdict"] == report["verdict"] and "teardown ran" in analyzed.stderr
+
+
+def test_a_budget_spent_in_start_up_gives_the_verdict_at_once_without_collecting(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """At normal priority on a saturated node the interpreter's start alone took 4-13 s of an 8 s
+    budget (issue 24, --no-boost): collecting then is blind and late, so the verdict is out at once,
+    inconclusive, naming the start-up and the fix; every view draws it."""
+    from vllmdiag.api import triage
+    from vllmdiag.cli.shared import emit
+
+    began = time.monotonic()
+    result = triage(budget_s=2.0, confirm_s=0, origin=began - 3.0)  # as if the process started 3 s ago
+    assert time.monotonic() - began < 1.0  # no collection was started
+    v = result.report.verdict
+    assert result.exit_code == 4 and v.status == "inconclusive" and "during the start-up" in v.summary
+    assert "start-up took 3.0" in v.summary and any("chrt" in s and "--budget" in s for s in v.next_steps)
+    snap = result.report.snapshots[0]
+    assert snap.probes == {} and snap.options["startup_s"] >= 3.0 and "priority" in snap.options
+    assert emit(result, True, None) == 4
+    assert json.loads(capsys.readouterr().out)["verdict"]["status"] == "inconclusive"
+    assert emit(result, False, tmp_path / "incident.html") == 4
+    assert "INCONCLUSIVE" in capsys.readouterr().out
+    assert "start-up" in (tmp_path / "incident.html").read_text()

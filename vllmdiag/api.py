@@ -82,6 +82,10 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     wanted = set(pids) if pids else None
     quick_ctx = second_look.fresh_context(ctx)
     startup = _since(started)
+    if guarded and startup >= budget_s:
+        # Starved at normal priority (no root, --no-boost), the interpreter's start alone spent the
+        # budget: a collection now would be blind and late; the verdict goes out at once, saying why.
+        return TriageResult(out_of_time(spent_in_startup(opts, budget_s, startup), budget_s, "start-up"))
     snap = collect_node(probes=probes, options=opts, budget_s=deadline.collector_budget(budget_s, started), ctx=ctx,
                         until=started + budget_s - deadline.AFTER_S)
     snap.options.update(command_budget_s=budget_s, startup_s=round(startup, 3))
@@ -127,6 +131,19 @@ def out_of_time(snap: Snapshot, budget_s: float, phase: str) -> Report:
     verdict = Verdict(status="inconclusive", summary="Inconclusive: " + why, evidence=[why], confidence="low",
                       next_steps=[fix])
     return Report(verdict=verdict, deployments=[], findings=[], snapshots=[snap])
+
+
+def spent_in_startup(options: dict[str, Any], budget_s: float, startup: float) -> Snapshot:
+    """The snapshot of a triage whose budget ran out before its own code ran: nothing collected."""
+    import datetime as _dt
+    import socket
+
+    from vllmdiag import __version__, priority
+
+    return Snapshot(node=socket.gethostname(), vllmdiag_version=__version__, duration_s=0.0, probes={},
+                    collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+                    options={**options, "command_budget_s": budget_s, "startup_s": round(startup, 3),
+                             "priority": priority.state(), "collected": "nothing: the budget was spent in start-up"})
 
 
 def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, started: float,
