@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,15 @@ RSS_SNIPPET = (
 # An installed tool has its bytecode cached (pip compiles it at install); this sandbox sets
 # PYTHONDONTWRITEBYTECODE, which would make every CLI start recompile every module.
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+PYTHON = sys.executable  # --python
+
+
+def command() -> list[str]:
+    """The installed `vllmdiag` command next to the interpreter (what a user types), else `-m`."""
+    script = Path(PYTHON).parent / "vllmdiag"
+    return [str(script)] if script.is_file() and os.access(script, os.X_OK) else [PYTHON, "-m", "vllmdiag"]
 
 
 def _children_cpu() -> float:
@@ -86,7 +94,7 @@ def measure(tp: int, fault: str, runs: int, pyspy: str) -> dict[str, object]:
     rank = tp // 2 if fault in ("straggler", "collective-mismatch", "rpc-ring-full") else None
     with Deployment.up(tp=tp, fault=fault, rank=rank) as dep:
         pids = [p["pid"] for p in dep.processes if p["role"] in ("api_server", "engine_core", "worker")]
-        cli = [sys.executable, "-m", "vllmdiag", "triage", "--json", "--pid", str(dep.root_pid)]
+        cli = [*command(), "triage", "--json", "--pid", str(dep.root_pid)]
         seq, tri, inproc = [], [], []
         _wall(cli)  # warm caches once
         for _ in range(runs):
@@ -109,7 +117,7 @@ def measure(tp: int, fault: str, runs: int, pyspy: str) -> dict[str, object]:
 def measure_stall(tp: int, fault: str, runs: int, confirm_s: float) -> dict[str, object]:
     """A stalled node: the verdict must arrive within the confirm window plus 1 s (issue 13)."""
     with Deployment.up(tp=tp, fault=fault) as dep:
-        cli = [sys.executable, "-m", "vllmdiag", "triage", "--json", "--pid", str(dep.root_pid),
+        cli = [*command(), "triage", "--json", "--pid", str(dep.root_pid),
                "--confirm", str(confirm_s)]
         walls, status = [], ""
         for _ in range(runs):
@@ -138,8 +146,15 @@ def main() -> int:
     ap.add_argument("--stalled", default="uniform-collective,uniform-sync",
                     help="faults with no odd one out: time to the verdict vs the confirm window ('' = skip)")
     ap.add_argument("--confirm", type=float, default=10.0)
+    ap.add_argument("--python", default=sys.executable,
+                    help="the interpreter whose installed vllmdiag to time (e.g. a venv with the built wheel: no "
+                         "editable-install finder, no other .pth hooks)")
     args = ap.parse_args()
-    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    global PYTHON
+    PYTHON = args.python
+    from vllmdiag.probes.stacks import find_py_spy
+
+    pyspy = find_py_spy() or "py-spy"  # the binary the triage uses: a pyenv shim on PATH adds a bash start per dump
     rows = [measure(args.tp, fault, args.runs, pyspy) for fault in args.faults.split(",") if fault]
     stalls = [measure_stall(args.tp, fault, min(args.runs, 3), args.confirm) for fault in args.stalled.split(",") if fault]
     RESULTS.mkdir(exist_ok=True)
