@@ -227,3 +227,32 @@ def test_empty_steps_of_a_decode_instance_waiting_for_kv_are_not_movement() -> N
             assert progress.work_in_flight
             assert not any(m.startswith(("ring ", "stacks ")) for m in progress.moved_what), progress.moved_what
             assert not progress.moved, progress.moved_what
+
+
+def test_a_decode_rank_polling_its_kv_connector_is_never_a_rank_stuck_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Caught twice in the connector's poll while its peer idles and the EngineCore waits (a loaded CI
+    run: `blocked/gpu, VLLM::Worker_TP1 stays in kv_transfer`): that is the decode instance waiting for
+    its producer's KV, which the queue layer names; the gpu layer must not call it a stuck rank."""
+    from vllmdiag.analysis.layers.gpu import lone_rank
+    from vllmdiag.analysis.views.deployments import find_deployments
+    from vllmdiag.analysis.views.stack_match import classify_snapshot
+    from vllmdiag.api import collect_node
+    from vllmdiag.stack_classes import KV_TRANSFER
+
+    sim = pytest.importorskip("vllmdiag_sim.deployment")
+    with sim.Deployment.up(tp=2, fault="kv-wait", shape="pd") as dep:
+        for _ in range(5):
+            snap = collect_node(options={"pids": [dep.root_pid]}, budget_s=8)
+            classes = classify_snapshot(snap)
+            polling = [p for p in dep.processes if p["role"] == "worker" and
+                       (c := classes.get(p["pid"])) is not None and c.name == KV_TRANSFER]
+            if polling:
+                break
+    assert polling, "no worker was caught in the KV connector's poll"
+    mine = [d for d in find_deployments(snap) if d.root_pid == dep.root_pid]
+    rank = next(p for p in mine[0].processes if p["pid"] == polling[0]["pid"])
+    # The picture of that run, whatever this one caught: that rank alone busy, held at the second look.
+    monkeypatch.setattr(lone_rank, "lone_rank", lambda procs, cls: rank)
+    monkeypatch.setattr(lone_rank, "held", lambda pid, first, again: True)
+    monkeypatch.setattr(lone_rank, "rings_still", lambda snapshot, dep: True)
+    assert [f.code for f in lone_rank.analyze(snap, mine)] == []

@@ -187,10 +187,12 @@ def test_a_budget_spent_in_start_up_gives_the_verdict_at_once_without_collecting
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """At normal priority on a saturated node the interpreter's start alone took 4-13 s of an 8 s
     budget (issue 24, --no-boost): collecting then is blind and late, so the verdict is out at once,
-    inconclusive, naming the start-up and the fix; every view draws it."""
-    from vllmdiag.api import triage
+    inconclusive, naming the start-up and the fix; every view draws it, and the saved snapshot reads
+    blind again, never "no deployment"."""
+    from vllmdiag.api import analyze_files, triage
     from vllmdiag.cli.shared import emit
 
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # pytest itself is not boosted
     began = time.monotonic()
     result = triage(budget_s=2.0, confirm_s=0, origin=began - 3.0)  # as if the process started 3 s ago
     assert time.monotonic() - began < 1.0  # no collection was started
@@ -198,9 +200,29 @@ def test_a_budget_spent_in_start_up_gives_the_verdict_at_once_without_collecting
     assert result.exit_code == 4 and v.status == "inconclusive" and "during the start-up" in v.summary
     assert "start-up took 3.0" in v.summary and any("chrt" in s and "--budget" in s for s in v.next_steps)
     snap = result.report.snapshots[0]
-    assert snap.probes == {} and snap.options["startup_s"] >= 3.0 and "priority" in snap.options
+    assert snap.probes["processes"].status == "timeout" and "spent in start-up" in str(snap.probes["processes"].reason)
+    assert snap.options["startup_s"] >= 3.0 and "priority" in snap.options
     assert emit(result, True, None) == 4
     assert json.loads(capsys.readouterr().out)["verdict"]["status"] == "inconclusive"
     assert emit(result, False, tmp_path / "incident.html") == 4
     assert "INCONCLUSIVE" in capsys.readouterr().out
     assert "start-up" in (tmp_path / "incident.html").read_text()
+    saved = tmp_path / "snap.json"
+    saved.write_text(json.dumps(snap.to_dict()))
+    again = analyze_files([saved])
+    assert again.exit_code == 4 and again.report.verdict.status == "inconclusive", again.report.verdict.summary
+
+
+@needs_root
+def test_a_boosted_triage_still_collects_after_a_slow_start_up() -> None:
+    """Boosted, the collection is fast however slow the start before it was: a true verdict a little
+    late beats an inconclusive one (seen on the loaded real server: 10 s of start-up, then SCHED_FIFO)."""
+    code = ("import json, os, sys, time\nfrom vllmdiag import priority\nfrom vllmdiag.api import triage\n"
+            "priority.boost()\nr = triage(probes=['host', 'processes'], budget_s=1.0, confirm_s=0, "
+            "origin=time.monotonic() - 2.0)\n"
+            "print(json.dumps([priority.realtime(), r.report.verdict.status, r.report.verdict.summary, "
+            "sorted(r.report.snapshots[0].probes)]))")
+    realtime, status, summary, probes = json.loads(_py(code))
+    if not realtime:
+        pytest.skip("SCHED_FIFO refused here")
+    assert "start-up" not in summary and probes == ["host", "processes"], (status, summary, probes)

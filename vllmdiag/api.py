@@ -82,9 +82,11 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     wanted = set(pids) if pids else None
     quick_ctx = second_look.fresh_context(ctx)
     startup = _since(started)
-    if guarded and startup >= budget_s:
+    if guarded and startup >= budget_s and not _realtime():
         # Starved at normal priority (no root, --no-boost), the interpreter's start alone spent the
         # budget: a collection now would be blind and late; the verdict goes out at once, saying why.
+        # Boosted, the collection's short minimum is worth its fraction of a second: a true verdict
+        # late beats an inconclusive one (the start-up before the boost is what ran late).
         return TriageResult(out_of_time(spent_in_startup(opts, budget_s, startup), budget_s, "start-up"))
     snap = collect_node(probes=probes, options=opts, budget_s=deadline.collector_budget(budget_s, started), ctx=ctx,
                         until=started + budget_s - deadline.AFTER_S)
@@ -109,6 +111,12 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
 
 
 RENDER_S = 0.3  # of the last second: what drawing the verdict keeps after analysis
+
+
+def _realtime() -> bool:
+    from vllmdiag import priority
+
+    return priority.realtime()
 
 
 def _since(t: float) -> float:
@@ -139,8 +147,12 @@ def spent_in_startup(options: dict[str, Any], budget_s: float, startup: float) -
     import socket
 
     from vllmdiag import __version__, priority
+    from vllmdiag.model import ProbeResult
 
-    return Snapshot(node=socket.gethostname(), vllmdiag_version=__version__, duration_s=0.0, probes={},
+    # The processes probe stands for all: blind, never "no deployment" (vllmdiag analyze of the saved file).
+    blind = ProbeResult("timeout", 0.0, f"not run: the {budget_s:g} s budget was spent in start-up ({startup:.1f} s "
+                        f"at {priority.state().get('policy', 'normal')} priority)")
+    return Snapshot(node=socket.gethostname(), vllmdiag_version=__version__, duration_s=0.0, probes={"processes": blind},
                     collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
                     options={**options, "command_budget_s": budget_s, "startup_s": round(startup, 3),
                              "priority": priority.state(), "collected": "nothing: the budget was spent in start-up"})

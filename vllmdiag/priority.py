@@ -73,6 +73,11 @@ def state() -> dict[str, Any]:
     return {"policy": _policy_name(), "why": "not asked to boost"}
 
 
+def realtime() -> bool:
+    """True once this process runs in a real-time class (boosted, or started under chrt)."""
+    return state().get("policy") in ("SCHED_FIFO", "SCHED_RR")
+
+
 def _apply(on: bool, by_flag: bool) -> dict[str, Any]:
     if not on:
         return {"policy": _policy_name(), "why": "--no-boost" if by_flag else f"{ENV}=0"}

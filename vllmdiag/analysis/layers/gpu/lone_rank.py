@@ -15,10 +15,11 @@ from typing import Any
 
 from vllmdiag.analysis.views.deployments import Deployment, role_of
 from vllmdiag.analysis.views.findings import culprit, finding
+from vllmdiag.analysis.views.kv_wait import kv_wait
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDLE
+from vllmdiag.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDLE, KV_TRANSFER
 
 LAYER = "gpu"
 CODES = ("gpu.rank_stuck_alone",)
@@ -57,6 +58,10 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
         still = rings_still(snapshot, dep)
         if held(rank["pid"], first, again) is not True or still is False:
             continue  # moved on, or never looked at twice: a normal step caught in passing
+        if first.name == KV_TRANSFER and rank["pid"] in ((kv_wait(snapshot, dep) or {}).get("polling_pids") or []):
+            # A P/D decode instance waiting for its producer's KV: its rank polls the connector, and the
+            # queue layer names the wait (seen under a loaded CI run: called a stuck rank instead).
+            continue
         blame = culprit(snapshot, rank, f"{first.label} in {first.place} while its peers idle and the "
                                         "EngineCore waits for its reply")
         out.append(finding("gpu.rank_stuck_alone", LAYER, "critical" if still else "warning", snapshot, dep,
