@@ -4,6 +4,7 @@ while nothing is ever sent to its NIXL side channel."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -230,29 +231,38 @@ def test_empty_steps_of_a_decode_instance_waiting_for_kv_are_not_movement() -> N
 
 
 def test_a_decode_rank_polling_its_kv_connector_is_never_a_rank_stuck_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Caught twice in the connector's poll while its peer idles and the EngineCore waits (a loaded CI
-    run: `blocked/gpu, VLLM::Worker_TP1 stays in kv_transfer`): that is the decode instance waiting for
-    its producer's KV, which the queue layer names; the gpu layer must not call it a stuck rank."""
+    """Caught in the connector's poll while its peer idles and the EngineCore waits, and held at the
+    second look (a loaded CI run: `blocked/gpu, VLLM::Worker_TP1 stays in kv_transfer`): that is the
+    decode instance waiting for its producer's KV, which the queue layer names after the confirm
+    window; the gpu layer must not call it a stuck rank."""
     from vllmdiag.analysis.layers.gpu import lone_rank
+    from vllmdiag.analysis.views import kv_wait as kv_wait_view
     from vllmdiag.analysis.views.deployments import find_deployments
+    from vllmdiag.analysis.views.kv_wait import kv_wait
     from vllmdiag.analysis.views.stack_match import classify_snapshot
-    from vllmdiag.api import collect_node
+    from vllmdiag.api import triage
     from vllmdiag.stack_classes import KV_TRANSFER
 
     sim = pytest.importorskip("vllmdiag_sim.deployment")
     with sim.Deployment.up(tp=2, fault="kv-wait", shape="pd") as dep:
-        for _ in range(5):
-            snap = collect_node(options={"pids": [dep.root_pid]}, budget_s=8)
-            classes = classify_snapshot(snap)
-            polling = [p for p in dep.processes if p["role"] == "worker" and
-                       (c := classes.get(p["pid"])) is not None and c.name == KV_TRANSFER]
-            if polling:
-                break
-    assert polling, "no worker was caught in the KV connector's poll"
+        snap = triage(pids=[dep.root_pid], budget_s=8, confirm_s=5).report.snapshots[0]
+        workers = {p["pid"] for p in dep.processes if p["role"] == "worker"}
+    # The picture of that run, whatever this one caught: the TP1 worker in the connector's poll.
+    pid = max(workers)
+    real = classify_snapshot
+
+    def caught(snapshot: Any, rules: Any = None) -> dict[int, Any]:
+        out = dict(real(snapshot, rules))
+        if pid in out:
+            out[pid] = dataclasses.replace(out[pid], name=KV_TRANSFER)
+        return out
+    monkeypatch.setattr(lone_rank, "classify_snapshot", caught)
+    monkeypatch.setattr(kv_wait_view, "classify_snapshot", caught)
     mine = [d for d in find_deployments(snap) if d.root_pid == dep.root_pid]
-    rank = next(p for p in mine[0].processes if p["pid"] == polling[0]["pid"])
-    # The picture of that run, whatever this one caught: that rank alone busy, held at the second look.
-    monkeypatch.setattr(lone_rank, "lone_rank", lambda procs, cls: rank)
-    monkeypatch.setattr(lone_rank, "held", lambda pid, first, again: True)
-    monkeypatch.setattr(lone_rank, "rings_still", lambda snapshot, dep: True)
+    wait = kv_wait(snap, mine[0])
+    assert wait is not None and pid in wait["polling_pids"]  # the queue layer's finding holds: it waits for KV
+    rank = next(p for p in mine[0].processes if p["pid"] == pid)
+    monkeypatch.setattr(lone_rank, "lone_rank", lambda procs, cls: rank)  # alone busy,
+    monkeypatch.setattr(lone_rank, "held", lambda pid, first, again: True)  # held at the second look,
+    monkeypatch.setattr(lone_rank, "rings_still", lambda snapshot, dep: True)  # rings still
     assert [f.code for f in lone_rank.analyze(snap, mine)] == []
