@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,29 @@ def test_real_snapshot_without_second_sample_is_not_called_a_hang() -> None:
     assert suspected.evidence["needs_confirm"] and "watched only 0.5 s" in suspected.message
 
 
-def test_lone_rank_that_stays_is_the_culprit() -> None:
-    v = analyze([_snapshot("same")]).verdict
+def _held_over_a_window(seconds: float) -> Snapshot:
+    """The 'same' snapshot plus a confirm-window pass ``seconds`` later that shows the very same picture."""
+    snap = _snapshot("same")
+    later = Snapshot.from_dict(json.loads(SNAP.read_text()))
+    at = datetime.datetime.fromisoformat(snap.collected_at) + datetime.timedelta(seconds=seconds)
+    later.collected_at = at.isoformat(timespec="milliseconds")
+    snap.passes = [later]
+    return snap
+
+
+def test_lone_rank_held_over_one_resample_is_suspected_not_blocked() -> None:
+    """0.3 s is one step on a loaded node (a CPU hog made a stalled client read "TP0 stays in
+    _model_forward", blocked/gpu): named, but it asks for the confirm window."""
+    rep = analyze([_snapshot("same")])
+    v = rep.verdict
+    assert (v.status, v.layer) == ("degraded", "gpu"), v.summary
+    (alone,) = [f for f in rep.findings if f.code == "gpu.rank_stuck_alone"]
+    assert alone.severity == "warning" and alone.evidence["needs_confirm"] is True and "watched only" in alone.message
+    assert (alone.culprits[0].title, alone.culprits[0].rank) == ("VLLM::Worker_TP0", 0)
+
+
+def test_lone_rank_that_stays_over_the_confirm_window_is_the_culprit() -> None:
+    v = analyze([_held_over_a_window(4.0)]).verdict
     assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
     assert (v.culprits[0].title, v.culprits[0].rank) == ("VLLM::Worker_TP0", 0)
 

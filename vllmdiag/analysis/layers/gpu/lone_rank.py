@@ -6,7 +6,9 @@ With async scheduling only the output rank produces the reply; its peers go back
 straggler rule cannot see it: the EngineCore waits in ``get_response`` with every ring still.
 Seen on the real vLLM 0.33 code (tests/data/vllm-real, scenario g). A single stack sample cannot
 tell this from a normal step (the output rank is busy there every step), so it takes a second
-sample that shows the same place and rings that did not move to call it a hang.
+sample that shows the same place and rings that did not move to suspect a hang, and a hold over
+``HELD_S`` (the confirm window) to call it one: on a loaded node a normal step outlasts the 0.3 s
+resample (a CPU hog made a stalled client's deployment read "TP0 stays in _model_forward").
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from vllmdiag.analysis.views.deployments import Deployment, role_of
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.kv_wait import kv_wait
+from vllmdiag.analysis.views.progress import HELD_S, all_passes, deployment_progress
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
@@ -62,14 +65,19 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
             # A P/D decode instance waiting for its producer's KV: its rank polls the connector, and the
             # queue layer names the wait (seen under a loaded CI run: called a stuck rank instead).
             continue
+        window = deployment_progress(all_passes(snapshot), [dep])[0].window_s
+        confirmed = window >= HELD_S
         blame = culprit(snapshot, rank, f"{first.label} in {first.place} while its peers idle and the "
                                         "EngineCore waits for its reply")
-        out.append(finding("gpu.rank_stuck_alone", LAYER, "critical" if still else "warning", snapshot, dep,
+        doubt = "" if confirmed else (f"; watched only {window:.1f} s (a hold is called a block after {HELD_S:.0f} s: "
+                                      "a slow step on a loaded node lasts longer than one resample; triage --confirm S)")
+        out.append(finding("gpu.rank_stuck_alone", LAYER, "critical" if still and confirmed else "warning", snapshot, dep,
                            f"{blame.title} stays in {first.label} at {first.place} while the other workers idle and "
-                           "the EngineCore waits for a reply" + (" (rings did not move)" if still else "") + ".",
+                           "the EngineCore waits for a reply" + (" (rings did not move)" if still else "") + doubt + ".",
                            [rank["pid"]], {"class": first.label, "where": first.where, "place": first.place,
                                            "key_frames": first.key_frames, "thread": first.thread,
-                                           "rings_still": still}, [blame]))
+                                           "rings_still": still, "window_s": round(window, 2),
+                                           "needs_confirm": not confirmed}, [blame]))
     return out
 
 
