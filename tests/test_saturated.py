@@ -225,4 +225,4 @@ def test_a_boosted_triage_still_collects_after_a_slow_start_up() -> None:
     realtime, status, summary, probes = json.loads(_py(code))
     if not realtime:
         pytest.skip("SCHED_FIFO refused here")
-    assert "start-up" not in summary and probes == ["host", "processes"], (status, summary, probes)
+    assert status != "inconclusive" and probes == ["host", "processes"], (status, summary, probes)  # analysis not cut

@@ -88,6 +88,10 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
         # Boosted, the collection's short minimum is worth its fraction of a second: a true verdict
         # late beats an inconclusive one (the start-up before the boost is what ran late).
         return TriageResult(out_of_time(spent_in_startup(opts, budget_s, startup), budget_s, "start-up"))
+    if guarded and startup >= budget_s:
+        # Boosted now, but the start before the boost ran past the budget: what follows runs at full
+        # speed, so it gets the collector's minimum and the last word after it, not deadlines already gone.
+        started = time.monotonic() - max(0.0, budget_s - deadline.MIN_COLLECT_S - deadline.AFTER_S)
     snap = collect_node(probes=probes, options=opts, budget_s=deadline.collector_budget(budget_s, started), ctx=ctx,
                         until=started + budget_s - deadline.AFTER_S)
     snap.options.update(command_budget_s=budget_s, startup_s=round(startup, 3))

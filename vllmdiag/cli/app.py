@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -166,7 +167,7 @@ def _collect_passthrough(**given: Any) -> int:
 def triage_command(**given: Any) -> int:
     """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
     from vllmdiag import deadline
-    from vllmdiag.api import triage
+    from vllmdiag.api import RENDER_S, triage
 
     o = with_defaults(TRIAGE, given)  # the options as declared in cli/options.py (typer passes them all)
     budget, confirm, native, nonblocking = o["budget"], o["confirm"], o["native"], o["nonblocking"]
@@ -202,7 +203,10 @@ def triage_command(**given: Any) -> int:
         result = triage(pids=o["pid"], probes=o["probe"], options=options, budget_s=budget + watch, confirm_s=confirm,
                         on_confirm=bar.chain(tick), origin=origin)
     window = confirm if any(s.options.get("confirm") for s in result.report.snapshots) else 0.0
-    return emit(result, json_out, report, o["save"], by=origin + max(budget + watch, window) + deadline.LAST_WORD_S - 0.05)
+    by = origin + max(budget + watch, window) + deadline.LAST_WORD_S - 0.05
+    if any(float(s.options.get("startup_s") or 0.0) >= budget + watch for s in result.report.snapshots):
+        by = max(by, time.monotonic() + RENDER_S)  # a start past the budget (api.triage): draw what was found
+    return emit(result, json_out, report, o["save"], by=by)
 
 
 def _verbose(on: bool) -> None:
