@@ -90,8 +90,9 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
         return TriageResult(out_of_time(spent_in_startup(opts, budget_s, startup), budget_s, "start-up"))
     if guarded and startup >= budget_s:
         # Boosted now, but the start before the boost ran past the budget: what follows runs at full
-        # speed, so it gets the collector's minimum and the last word after it, not deadlines already gone.
-        started = time.monotonic() - max(0.0, budget_s - deadline.MIN_COLLECT_S - deadline.AFTER_S)
+        # speed, so it gets a quick pass (LATE_COLLECT_S: a healthy one takes 0.2-0.4 s, and the cap only
+        # binds on a slow probe) and the last word after it, not deadlines already gone.
+        started = time.monotonic() - max(0.0, budget_s - LATE_COLLECT_S - deadline.AFTER_S)
     snap = collect_node(probes=probes, options=opts, budget_s=deadline.collector_budget(budget_s, started), ctx=ctx,
                         until=started + budget_s - deadline.AFTER_S)
     snap.options.update(command_budget_s=budget_s, startup_s=round(startup, 3))
@@ -114,6 +115,7 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     return TriageResult(report)
 
 
+LATE_COLLECT_S = 1.0  # the collector's cap after a start that ran past the budget (boosted)
 RENDER_S = 0.3  # of the last second: what drawing the verdict keeps after analysis
 
 
