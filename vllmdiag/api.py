@@ -72,7 +72,7 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     imports are part of the promise; default now). The collector gets what is left less what
     analysis keeps (vllmdiag/deadline.py); with ``origin`` given, analysis that would run past the
     budget + 1 s is cut and the verdict is inconclusive from what was collected, saying so."""
-    from vllmdiag import deadline, second_look
+    from vllmdiag import deadline, priority, second_look
 
     guarded = origin is not None
     started = time.monotonic() if origin is None else origin  # the confirm window counts from here too
@@ -82,16 +82,14 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
     wanted = set(pids) if pids else None
     quick_ctx = second_look.fresh_context(ctx)
     startup = _since(started)
-    if guarded and startup >= budget_s and not _realtime():
-        # Starved at normal priority (no root, --no-boost), the interpreter's start alone spent the
-        # budget: a collection now would be blind and late; the verdict goes out at once, saying why.
-        # Boosted, the collection's short minimum is worth its fraction of a second: a true verdict
-        # late beats an inconclusive one (the start-up before the boost is what ran late).
-        return TriageResult(out_of_time(spent_in_startup(opts, budget_s, startup), budget_s, "start-up"))
-    if guarded and startup >= budget_s:
-        # Boosted now, but the start before the boost ran past the budget: what follows runs at full
-        # speed, so it gets a quick pass (LATE_COLLECT_S: a healthy one takes 0.2-0.4 s, and the cap only
-        # binds on a slow probe) and the last word after it, not deadlines already gone.
+    if guarded and startup >= budget_s:  # the start before our code ran took the whole budget
+        if not priority.realtime():
+            # Starved at normal priority (no root, --no-boost): a collection now would be blind and
+            # late; the verdict goes out at once, saying why.
+            return TriageResult(out_of_time(spent_in_startup(opts, budget_s, startup), budget_s, "start-up"))
+        # Boosted, what follows runs at full speed: a quick pass (LATE_COLLECT_S: a healthy one takes
+        # 0.2-0.4 s, the cap binds only on a slow probe) and the last word after it, not deadlines already
+        # gone. A true verdict a little late beats an inconclusive one.
         started = time.monotonic() - max(0.0, budget_s - LATE_COLLECT_S - deadline.AFTER_S)
     snap = collect_node(probes=probes, options=opts, budget_s=deadline.collector_budget(budget_s, started), ctx=ctx,
                         until=started + budget_s - deadline.AFTER_S)
@@ -117,12 +115,6 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
 
 LATE_COLLECT_S = 1.0  # the collector's cap after a start that ran past the budget (boosted)
 RENDER_S = 0.3  # of the last second: what drawing the verdict keeps after analysis
-
-
-def _realtime() -> bool:
-    from vllmdiag import priority
-
-    return priority.realtime()
 
 
 def _since(t: float) -> float:

@@ -27,12 +27,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["triage"], ["gate"]):  # (collect: in cli.collect.main, the shipped bundle's door too)
-        # First, before any thread: the commands that look at a node take CPU on a saturated one
-        # (vllmdiag/priority.py says why this cannot hurt the target).
-        from vllmdiag.priority import boost
+    # First, before any thread: the commands that look at a node take CPU on a saturated one (a no-op when
+    # vllmdiag/__main__.py did it already; vllmdiag/priority.py says why this cannot hurt the target).
+    from vllmdiag.priority import boost_first
 
-        boost("--no-boost" not in argv)
+    boost_first(argv)
     if argv[:1] == ["collect"] and not {"-h", "--help"} & set(argv[1:]):
         # Fast path without typer/rich: collect is what every node of a sweep runs.
         from vllmdiag.cli.collect import main as collect_main
