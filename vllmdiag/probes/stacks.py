@@ -96,7 +96,11 @@ def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str,
         return []
     pids = set(states)
     by_pid = {p["pid"]: p for p in targets}
-    roots = sorted(pid for pid in pids if by_pid[pid]["ppid"] not in pids)
+    # A target that is our own ancestor (an offline LLM() script or a notebook kernel that ran us) is
+    # dumped alone: its tree holds this collector and the py-spy, which py-spy cannot read, and at that
+    # error it drops the rest of the walk (seen under load: the whole tree dump lost).
+    tree_pids = pids - own_ancestors(ctx)
+    roots = sorted(pid for pid in tree_pids if by_pid[pid]["ppid"] not in tree_pids)
     out: list[dict[str, Any]] = []
     for root in roots:
         argv = [exe, "dump", "--subprocesses", "--pid", str(root)] + (["--nonblocking"] if mode == "nonblocking" else [])
@@ -114,6 +118,19 @@ def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str,
                 out.append({"pid": pid, "state_before": states[pid], "state_after": proc_state(ctx, pid), "mode": mode,
                             "via": f"tree:{root}", "duration_s": round(res.duration_s, 4), "status": "ok",
                             "threads": threads})
+    return out
+
+
+def own_ancestors(ctx: Context) -> set[int]:
+    """This process and its ancestors, as ctx's /proc numbers them (a bounded walk up the ppids)."""
+    text = read_text(ctx.proc("self", "stat")) or ""
+    pid = int(text.split(" ", 1)[0]) if text[:1].isdigit() else 0
+    out: set[int] = set()
+    while pid > 1 and pid not in out and len(out) < 64:
+        out.add(pid)
+        stat = parse_stat(text)
+        pid = int(stat["ppid"]) if stat else 0
+        text = read_text(ctx.proc(pid, "stat")) or "" if pid > 1 else ""
     return out
 
 
