@@ -29,7 +29,8 @@ KILL_RACE = ("TP=2 worker SIGKILLed: vLLM tears the engine down within seconds, 
              "can read the survivor's reset sockets (degraded/handshake) before the dead rank")
 
 
-def _triage_and_analyze(server: RealServer, tmp_path: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _triage(server: RealServer, tmp_path: Path, name: str) -> tuple[int, dict[str, Any], Path]:
+    """The live triage, inside the scenario (under load when it is the load scenario)."""
     snap = tmp_path / f"snap-{name}.json"
     rc, live = scenarios.triage(server, snap)
     record = os.environ.get("VLLMDIAG_REAL_VLLM_RECORD")
@@ -39,6 +40,14 @@ def _triage_and_analyze(server: RealServer, tmp_path: Path, name: str) -> tuple[
         shutil.copy(snap, dest / snap.name)
         (dest / f"root-pid-{name}.txt").write_text(str(server.sid))
     assert snap.exists(), f"triage --save wrote no snapshot (exit {rc})"
+    return rc, live, snap
+
+
+def _analyze(server: RealServer, triaged: tuple[int, dict[str, Any], Path]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`analyze` of the saved snapshot, after the scenario ended: it reads a file, not the node, and runs at
+    normal priority (only the commands that look at a node raise theirs), so under the scenario's load it
+    would wait for CPU for minutes (CI, 2026-12-02: over 120 s on the loaded TP=1 server)."""
+    rc, live, snap = triaged
     code, offline = scenarios.analyze(snap, server.sid)
     want_code = 0 if live["verdict"]["status"] == "healthy" else 1
     assert rc in (want_code, 4) and code in (want_code, 4), (rc, code)
@@ -72,7 +81,8 @@ def _judge(report: dict[str, Any], status: str, layer: str | None, who: Any, ser
 
 def _check(server: RealServer, tmp_path: Path, name: str, status: str, layer: str | None, who: Any) -> dict[str, Any]:
     with scenarios.SCENARIOS[name](server):
-        live, offline = _triage_and_analyze(server, tmp_path, name)
+        triaged = _triage(server, tmp_path, name)
+    live, offline = _analyze(server, triaged)
     _judge(live, status, layer, who, server, "triage")
     _judge(offline, status, layer, who, server, "analyze")
     return live
@@ -149,7 +159,8 @@ class TestTP1(_Common):
     def test_killed_worker_is_blocked_at_the_process_layer(self, server: RealServer, tmp_path: Path) -> None:
         # Ends this server (vLLM shuts itself down): the last test of the class.
         with scenarios.worker_sigkill(server):
-            live, offline = _triage_and_analyze(server, tmp_path, "worker-sigkill")
+            triaged = _triage(server, tmp_path, "worker-sigkill")
+        live, offline = _analyze(server, triaged)
         for report in (live, offline):
             assert (report["verdict"]["status"], report["verdict"]["layer"]) == ("blocked", "process"), report["verdict"]
 
@@ -167,7 +178,8 @@ class TestTP2(_Common):
         was seen moving, else inconclusive naming the blind probes; never 'degraded, nothing moved' on
         drained rings (they read alike between any two steps) and a timed-out sample."""
         with scenarios.SCENARIOS["load"](server):
-            live, offline = _triage_and_analyze(server, tmp_path, "load")
+            triaged = _triage(server, tmp_path, "load")
+        live, offline = _analyze(server, triaged)
         for report, source in ((live, "triage"), (offline, "analyze")):
             v = report["verdict"]
             assert v["status"] in ("healthy", "inconclusive") and not v.get("culprits"), (source, v)
@@ -194,7 +206,8 @@ class TestTP2(_Common):
     def test_killed_worker_is_blocked_at_the_process_layer(self, server: RealServer, tmp_path: Path) -> None:
         # Ends this server (vLLM shuts itself down): the last test of the class.
         with scenarios.worker_sigkill(server):
-            live, offline = _triage_and_analyze(server, tmp_path, "worker-sigkill")
+            triaged = _triage(server, tmp_path, "worker-sigkill")
+        live, offline = _analyze(server, triaged)
         for report, source in ((live, "triage"), (offline, "analyze")):
             _judge(report, "blocked", "process", ("VLLM::Worker_TP1", "worker", 1), server, source)
 
@@ -204,7 +217,8 @@ class TestTwoEngines:
 
     def test_idle_is_healthy(self, real_two_engines: TwoEngines, tmp_path: Path) -> None:  # noqa: F811
         with scenarios.idle_llm(real_two_engines):
-            live, offline = _triage_and_analyze(real_two_engines, tmp_path, "two-engines-idle")
+            triaged = _triage(real_two_engines, tmp_path, "two-engines-idle")
+        live, offline = _analyze(real_two_engines, triaged)
         type(self).report = live
         for report, source in ((live, "triage"), (offline, "analyze")):
             _judge(report, "healthy", None, None, real_two_engines, source)
