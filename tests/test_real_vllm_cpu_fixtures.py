@@ -77,6 +77,8 @@ VERDICTS = [
     ("tp2/snap-api-sigstop.json.gz", "blocked", "process", "api_server"),
     ("tp2/snap-stalled-client.json.gz", "blocked", "client", "http_client"),
     ("tp2/snap-worker-sigkill.json.gz", "blocked", "process", ("VLLM::Worker_TP1", "worker", 1)),
+    # the killed worker caught mid-teardown (state R, PF_EXITING, cmdline gone): dead, not a worker starting
+    ("tp2/snap-worker-sigkill-exiting.json.gz", "blocked", "process", ("VLLM::Worker_TP1", "worker", 1)),
 ]
 
 
@@ -297,3 +299,19 @@ def test_uniform_hang_caught_at_two_lines_of_one_polling_loop_is_uniform(tmp_pat
     verdict, codes = report.verdict, [f.code for f in report.findings]
     assert "gpu.call_site_mismatch" not in codes and "gpu.uniform_hang" in codes, (codes, verdict.summary)
     assert verdict.culprits[0].role == "rank_group", verdict.summary
+
+
+def test_a_killed_worker_caught_mid_teardown_is_dead_not_starting(tmp_path: Path) -> None:
+    """The real shape: right after SIGKILL a big worker is still being torn down (state R, its cmdline
+    and memory gone, PF_EXITING set); its comm keeps 15 chars, so its title has no rank. Read as a worker
+    still starting, the gap in the ranks was excused and the verdict was the dying process's silent
+    sockets (degraded/handshake) or healthy. It is the dead rank, named with its pid."""
+    name = "tp2/snap-worker-sigkill-exiting.json.gz"
+    path = unpacked(name, tmp_path)
+    row = next(p for p in load_snapshots(path)[0].data("processes")["processes"] if p.get("exiting"))
+    assert (row["state"], row["num_threads"], row["rss_bytes"], row["comm"], row["title"]) == \
+        ("R", 1, 0, "VLLM::Worker_TP", "")
+    verdict = analyze_files([path], pids=[root(name)]).report.verdict
+    top = verdict.culprits[0]
+    assert (verdict.status, verdict.layer, top.pid, top.rank) == ("blocked", "process", row["pid"], 1), verdict.summary
+    assert "dead" in verdict.summary

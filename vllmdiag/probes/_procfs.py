@@ -91,6 +91,7 @@ def parse_stat(text: str) -> dict[str, int | str] | None:
         "state": rest[0],
         "ppid": int(rest[1]),
         "pgid": int(rest[2]),
+        "flags": int(rest[6]),
         "utime_ticks": int(rest[11]),
         "stime_ticks": int(rest[12]),
         "num_threads": int(rest[17]),

@@ -100,6 +100,9 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
 MARKED = {"environ": "environ", "fds": "fd", "status": "status", "limits": "limits"}
 
 
+PF_EXITING = 0x4  # include/linux/sched.h
+
+
 def _denied_reads(procs: list[dict[str, Any]]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for key, what in MARKED.items():
@@ -204,6 +207,10 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         "titled": info.titled,
         "executor": info.executor,
         "state": stat["state"],
+        # PF_EXITING: the kernel is tearing the process down (SIGKILLed or crashed). A big one (GBs
+        # mapped) takes a while, state still R or D, its cmdline already gone (seen: a killed TP1 worker
+        # read as an untitled "VLLM::Worker_TP" for ~0.3 s, taken for a worker still starting).
+        "exiting": bool(int(stat.get("flags") or 0) & PF_EXITING),
         "wchan": (read_text(base / "wchan") or "").strip() or None,
         "threads": threads,
         "num_threads": stat["num_threads"],

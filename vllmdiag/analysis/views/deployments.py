@@ -336,6 +336,12 @@ def _checked(proc: Any) -> dict[str, Any]:
     out = dict(proc)
     if not isinstance(out.get("ranks") or {}, dict):
         raise TypeError("process ranks must be an object")
+    if out.get("exiting") is True and out.get("state") not in ("Z", "X") and \
+            (out.get("num_threads") in (0, 1) or out.get("rss_bytes") == 0):
+        # Being torn down by the kernel (killed or crashed; its memory or its last thread going):
+        # dead for every rule, whatever its state letter still says; the letter seen is kept. (A main
+        # thread that exits alone while others run also has PF_EXITING: threads and memory left.)
+        out["state_seen"], out["state"] = out.get("state"), "X"
     return out
 
 
