@@ -146,3 +146,27 @@ def test_sim_healthy_under_load_has_no_client_finding(sim_state: Path) -> None: 
         report = triage(pids=[dep.root_pid]).report
         assert not [f for f in report.findings if f.layer in ("client", "handshake") and f.severity != "info"]
         assert report.verdict.status == "healthy", report.verdict.summary
+
+
+def test_sim_stopped_api_server_is_named_without_asking_it(sim_state: Path) -> None:  # noqa: F811
+    """A SIGSTOPped API server cannot answer a GET: the http probe does not wait one out per request
+    (a real server took 4.9 s to triage that way); the process layer names it, the server entry says why
+    it was not asked."""
+    import os
+    import signal
+
+    with sim.Deployment.up(tp=2) as dep:
+        os.kill(dep.root_pid, signal.SIGSTOP)
+        try:
+            report = triage(pids=[dep.root_pid], confirm_s=0).report
+        finally:
+            os.kill(dep.root_pid, signal.SIGCONT)
+        v = report.verdict
+        assert (v.status, v.layer, v.culprits[0].pid, v.culprits[0].role) == ("blocked", "process", dep.root_pid,
+                                                                            "api_server"), v.summary
+        servers = report.snapshots[0].data("http")["servers"]
+        assert servers and all("stopped" in s["not_asked"] and not s.get("metrics") and "health" not in s
+                               for s in servers), servers
+        out = io.StringIO()
+        client_view.render(report, Console(file=out, width=200))
+        assert "not asked: the API server" in out.getvalue()

@@ -59,8 +59,16 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     # (no /health, no client queues): the rest is for the triage a stall opens.
     cheap = bool(ctx.options.get("cheap"))
     out: dict[str, Any] = {"api_servers": [] if cheap else [_api_info(ctx, p, socks) for p in api], "servers": servers}
-    gets = [s for s in servers if s["same_netns"]]
-    for s in [] if cheap else [s for s in servers if not s["same_netns"]]:
+    # A stopped API server (SIGSTOP, a debugger) cannot answer: asking would only wait out each GET's
+    # deadline (2 s for /metrics, 2 s for /health: a 5 s triage on a real server). The processes probe
+    # saw it stopped; the server says it was not asked, and why.
+    stopped = {p["pid"] for p in api if p.get("state") in ("T", "t")}
+    for s in servers:
+        if set(s["pids"]) <= stopped:
+            s["not_asked"] = (f"the API server (pid {', '.join(map(str, s['pids']))}) is stopped (state T): "
+                              "no HTTP request can be answered")
+    gets = [s for s in servers if s["same_netns"] and "not_asked" not in s]
+    for s in [] if cheap else [s for s in servers if not s["same_netns"] and "not_asked" not in s]:
         # A container's API server: the same read-only GETs from inside its network namespace.
         s["netns_pid"] = s["pids"][0]
         s["health"], first = netns_get(ctx, s, ["/health", "/metrics"], min(2.0, max(0.2, ctx.remaining() / 4)))

@@ -28,6 +28,8 @@ def render(report: Report, console: Any) -> None:
         metrics = "  ".join(f"run {m.get('running')} wait {m.get('waiting')} gen {m.get('generation_tokens')}"
                             for m in samples) or "no /metrics"
         title = f"HTTP {s['address']}: /health {health.get('status') or health.get('error') or '-'}; {metrics}"
+        if s.get("not_asked"):  # a stopped API server (probes/http.py): why there is no /health or /metrics
+            title = f"HTTP {s['address']}: not asked: {s['not_asked']}"
         table = Table(title=Text(title))
         for col in ("client", "Send-Q (2 samples)", "client Recv-Q", "client pid"):
             table.add_column(col, overflow="fold")
