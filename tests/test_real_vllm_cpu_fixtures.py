@@ -79,6 +79,9 @@ VERDICTS = [
     ("tp2/snap-worker-sigkill.json.gz", "blocked", "process", ("VLLM::Worker_TP1", "worker", 1)),
     # the killed worker caught mid-teardown (state R, PF_EXITING, cmdline gone): dead, not a worker starting
     ("tp2/snap-worker-sigkill-exiting.json.gz", "blocked", "process", ("VLLM::Worker_TP1", "worker", 1)),
+    # the loaded server, one stack sample of an ordinary step (TP1 at the all-reduce first) while the rings
+    # moved, no second look: a picture in passing, not a degraded deployment
+    ("tp2/snap-load-one-sample-straggler.json.gz", "healthy", None, None),
 ]
 
 
