@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -152,9 +154,6 @@ def test_sim_stopped_api_server_is_named_without_asking_it(sim_state: Path) -> N
     """A SIGSTOPped API server cannot answer a GET: the http probe does not wait one out per request
     (a real server took 4.9 s to triage that way); the process layer names it, the server entry says why
     it was not asked."""
-    import os
-    import signal
-
     with sim.Deployment.up(tp=2) as dep:
         os.kill(dep.root_pid, signal.SIGSTOP)
         try:

@@ -113,8 +113,8 @@ def test_dumps_a_deployment_in_parallel_limited_to_its_tree(procs: Procs, cores:
     assert any(v.startswith("tree:") for v in vias) if cores < probe.PARALLEL_MIN_CORES else vias == {"None"}
     # This test process is the engine's Python parent (read as an offline LLM() script, so dumped too);
     # its tree holds the collector and py-spy itself, which failed the whole tree walk: it is dumped alone.
-    if os.getpid() in dumped:
-        assert dumped[os.getpid()].get("via") is None and not any(v == f"tree:{os.getpid()}" for v in vias)
+    assert os.getpid() in dumped and dumped[os.getpid()].get("via") is None
+    assert not any(str(d.get("via")) == f"tree:{os.getpid()}" for d in dumped.values())
 
 
 @needs_py_spy

@@ -48,6 +48,14 @@ def moving_deployments(snapshot: Snapshot, deployments: list[Deployment]) -> set
             if any(m.startswith(counters) for m in p.moved_what)}
 
 
+def seen_moving_deployments(snapshot: Snapshot, deployments: list[Deployment]) -> set[str]:
+    """Deployments seen moving by any evidence (counters, ring flags, stacks) over the window: weaker than
+    ``moving_deployments``, enough to read a picture nobody looked at twice as one in passing."""
+    from vllmdiag.analysis.views.progress import all_passes, deployment_progress
+
+    return {p.deployment_id for p in deployment_progress(all_passes(snapshot), deployments) if p.moved}
+
+
 # ---- rank groups -------------------------------------------------------------------------------
 def tp_groups(procs: list[dict[str, Any]]) -> dict[GroupKey, dict[int, dict[str, Any]]]:
     """Workers by (dp, pp, pcp), then TP rank; zombies run nothing and are the process layer's."""

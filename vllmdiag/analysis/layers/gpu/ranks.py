@@ -21,6 +21,7 @@ from vllmdiag.analysis.views.rank_compare import (
     gpu_by_pid,
     moving_deployments,
     rank_name,
+    seen_moving_deployments,
     spinning,
     tp_groups,
 )
@@ -41,7 +42,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     again = resampled_classes(snapshot)
     gpus = gpu_by_pid(snapshot)
     moving = moving_deployments(snapshot, deployments)
-    seen_moving = _seen_moving(snapshot, deployments)
+    seen_moving = seen_moving_deployments(snapshot, deployments)
     out: list[Finding] = []
     for dep in deployments:
         out += _classes_summary(snapshot, dep, classes)
@@ -61,13 +62,6 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
                 out += found
         out += _nvml_signals(snapshot, dep, classes, gpus)
     return out + _hardware(snapshot) + _nccl_ras(snapshot)
-
-
-def _seen_moving(snapshot: Snapshot, deployments: list[Deployment]) -> set[str]:
-    """Deployments seen moving by any evidence (counters, ring flags, stacks) over the window."""
-    from vllmdiag.analysis.views.progress import all_passes, deployment_progress
-
-    return {p.deployment_id for p in deployment_progress(all_passes(snapshot), deployments) if p.moved}
 
 
 # ---- findings ----------------------------------------------------------------------------------
