@@ -300,6 +300,30 @@ def test_dp_out_of_step_in_one_sample_is_only_a_warning_and_moving_is_nothing() 
     assert moved.verdict.status == "healthy", moved.verdict.summary
 
 
+def test_dp_out_of_step_in_one_sample_while_the_rings_moved_is_information() -> None:
+    """A loaded node's late start can leave no budget for the resample: one picture of a DP rank out of
+    step while the deployment's ring flags changed is most likely a step in passing (as gpu/ranks.py
+    reads a TP group's), information, not a warning that calls the busy deployment degraded."""
+    first = dp_snapshot([IDLE, IDLE])
+    # The response ring of DP0's EngineCore (12) and workers (20, 21), as the rings probe records it.
+    ring = {"name": "psm_1", "path": "/dev/shm/psm_1", "inode": 7, "size_bytes": 251658260, "mapped_by": [12, 20, 21],
+            "mapped_by_other": [], "geometry": {"max_chunks": 10, "max_chunk_bytes": 25165824, "n_reader": 2},
+            "format": "pickle", "score": 5, "samples": [{"t_s": 0.0, "written": 1, "unread": [0, 0], "flags": "11 00"},
+                                                         {"t_s": 0.1, "written": 2, "unread": [0, 0], "flags": "11 11"}],
+            "sample_count": 2, "window_s": 0.1, "unread_slots": [0, 0], "stable_unread": [0, 0], "written": 2,
+            "full": False, "blocked_on": [], "writer_index": 0, "filling": [], "moved": True, "vanished": False,
+            "unlinked": False, "last_method": None, "last_status": None, "last_overflow": None}
+    first.probes["rings"] = ProbeResult("ok", 0.1, None, {"rings": [ring]})
+    rep = analyze([first])
+    odd = [f for f in rep.findings if f.code == "gpu.dp_out_of_step"]
+    assert odd and all(f.severity == "info" and f.evidence.get("seen_moving") for f in odd), odd
+    assert rep.verdict.status == "healthy", rep.verdict.summary
+    ring.update(moved=False, written=1, samples=[{"t_s": 0.0, "written": 1, "unread": [0, 0], "flags": "11 00"},
+                                                 {"t_s": 0.1, "written": 1, "unread": [0, 0]}])
+    still = analyze([first])
+    assert still.verdict.status == "degraded" and "one sample" in still.verdict.summary, still.verdict.summary
+
+
 def held_for(first: Snapshot, seconds: float = 4.0) -> Snapshot:
     """The same picture again ``seconds`` later, as the confirm window's follow-up pass stores it."""
     first.collected_at = "2026-11-30T12:00:00+00:00"

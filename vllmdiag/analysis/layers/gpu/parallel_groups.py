@@ -36,6 +36,7 @@ from vllmdiag.analysis.views.rank_compare import (
     fold,
     moving_deployments,
     rank_name,
+    seen_moving_deployments,
 )
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
@@ -52,6 +53,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     again = resampled_classes(snapshot)
     moving = moving_deployments(snapshot, deployments)
     stalled = stalled_deployments(snapshot, deployments)
+    seen_moving = seen_moving_deployments(snapshot, deployments)
     out: list[Finding] = []
     for dep in deployments:
         if dep.id in moving:
@@ -64,6 +66,14 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
                 f.severity = "critical"
                 f.message = f.message.replace(" (one sample)", f" (nothing moved for {stalled[dep.id]:.1f} s)")
                 f.evidence["confirmed_by_progress"] = True
+            elif f.severity == "warning" and dep.id in seen_moving:
+                # One sample and no second look (a loaded node's budget had none left) while the rings
+                # moved: as in gpu/ranks.py, most likely a step in passing; kept as information, not
+                # a warning that would call a busy DP/EP/PP deployment degraded.
+                f.severity = "info"
+                f.message = f.message.replace(" (one sample)", " (one sample, while the deployment was seen "
+                                              "moving: most likely a step in passing)")
+                f.evidence["seen_moving"] = True
         out += [f for f in found if not (f.evidence.get("needs_progress") and f.severity != "critical")]
     return out
 
