@@ -145,3 +145,43 @@ def test_a_failed_child_of_the_default_probes_names_each_of_them(monkeypatch: An
     assert set(snap.probes) == set(select(discover(), None, set()))
     assert {r.status for r in snap.probes.values()} == {"error"}
     assert all("no collection today" in (r.reason or "") for r in snap.probes.values())
+
+
+def test_results_reach_the_parent_as_they_are_recorded_and_a_failing_hook_costs_nothing() -> None:
+    """``on_result`` sees a probe's data while the child still collects (triage classifies the stacks
+    then, not after the window); a hook that raises changes nothing in the snapshot."""
+    def quick(ctx: Context) -> dict[str, Any]:
+        return {"n": 1, "text": "x" * 200_000}  # longer than a pipe's buffer: arrives in pieces
+
+    def slow(ctx: Context) -> dict[str, Any]:
+        time.sleep(0.6)
+        return {"n": 2}
+
+    reg = {"quick": _probe("quick", quick), "slow": _probe("slow", slow)}
+    seen: list[tuple[str, Any, float]] = []
+    start = time.monotonic()
+    snap = collect_bounded(Context(), registry=reg, budget_s=5.0,
+                           on_result=lambda name, data: seen.append((name, data.get("n"), time.monotonic())))
+    end = time.monotonic()
+    assert [(name, n) for name, n, _ in seen] == [("quick", 1), ("slow", 2)]
+    assert seen[0][2] - start < 0.45 < end - start  # the quick one came before the slow one was done
+
+    def broken(name: str, data: dict[str, Any]) -> None:
+        raise RuntimeError("a hook bug")
+
+    again = collect_bounded(Context(), registry=reg, budget_s=5.0, on_result=broken)
+    assert {n: r.status for n, r in again.probes.items()} == {"quick": "ok", "slow": "ok"}
+    assert again.probes["quick"].data["text"] == snap.probes["quick"].data["text"]
+
+
+def test_triage_classifies_the_stacks_as_they_arrive() -> None:
+    from vllmdiag.analysis.views import stack_match
+    from vllmdiag.api import classify_early
+
+    frames = [{"name": "_run_loop", "filename": "vllm/entrypoints/openai/api_server.py", "line": 1}]
+    hook = classify_early()
+    hook("stacks", {"dumps": [{"pid": 1, "threads": [{"name": "MainThread", "frames": frames}]}]})  # no roles yet
+    stack_match._MEMO.clear()
+    hook("processes", {"processes": [{"pid": 1, "role": "api_server"}]})
+    hook("stacks", {"dumps": [{"pid": 1, "threads": [{"name": "MainThread", "frames": frames}]}]})
+    assert any(key[2] == "api_server" for key in stack_match._MEMO)

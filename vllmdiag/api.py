@@ -39,13 +39,15 @@ class TriageResult:
 
 def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
             budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, hard: bool = True,
-            meanwhile: Callable[[], None] | None = None, limits: dict[int, int] | None = None) -> Snapshot:
+            meanwhile: Callable[[], None] | None = None, limits: dict[int, int] | None = None,
+            on_result: Callable[[str, dict[str, Any]], None] | None = None) -> Snapshot:
     """One snapshot of this node within ``budget_s`` (which includes any --watch window).
 
     ``hard``: collect in a child process killed at the budget (vllmdiag/hardstop.py), so no probe
     can hold the caller past it; False runs in this process (the runner's watchdog only).
     ``meanwhile``: what this process does while the child collects (hard only; see hardstop).
-    ``limits``: RLIMIT_* -> value for that child (hard only; see hardstop)."""
+    ``limits``: RLIMIT_* -> value for that child (hard only; see hardstop).
+    ``on_result``: sees each probe's data as it arrives (hard only; see hardstop)."""
     ctx = ctx or Context()
     ctx.options.update(options or {})
     # An option named like an opt-in probe (nccl_ras, preflight, ...) turns that probe on.
@@ -54,7 +56,7 @@ def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None =
         from vllmdiag.hardstop import collect_bounded
 
         return collect_bounded(ctx, probes=probes, enable=enable, budget_s=budget_s, meanwhile=meanwhile,
-                               limits=limits)
+                               limits=limits, on_result=on_result)
     return collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s)
 
 
@@ -221,7 +223,8 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
     from vllmdiag import second_look
 
     quick_ctx = second_look.fresh_context(ctx)
-    snap = collect(probes=probes, options=options, budget_s=budget_s, ctx=ctx, meanwhile=warm_analysis)
+    snap = collect(probes=probes, options=options, budget_s=budget_s, ctx=ctx, meanwhile=warm_analysis,
+                   on_result=classify_early())
     done_at = time.monotonic()
     if probes is not None and "stacks" not in probes:
         return snap
@@ -254,6 +257,22 @@ def warm_analysis() -> None:
 
     load_rules()
     analyzers()  # the analyzer modules, found by folder: ~20 ms of imports off the path after the collection
+
+
+def classify_early() -> Callable[[str, dict[str, Any]], None]:
+    """The stacks classified the moment they arrive from the collector, while its window is still
+    open: the resample choice and the analysis after it find the classes memoized."""
+    processes: dict[str, Any] = {}
+
+    def on_result(name: str, data: dict[str, Any]) -> None:
+        if name == "processes":
+            processes.update(data)
+        elif name == "stacks" and processes:
+            from vllmdiag.analysis.views.stack_match import classify_dumps
+
+            classify_dumps(data, processes)
+
+    return on_result
 
 
 def suspected_roots(report: Report) -> dict[int, str]:

@@ -36,13 +36,16 @@ KILLED = "collector killed at the budget ({:.1f} s): a probe held it past every 
 
 def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: set[str] | None = None,
                     budget_s: float, registry: dict[str, Probe] | None = None, grace_s: float = GRACE_S,
-                    meanwhile: Callable[[], None] | None = None, limits: dict[int, int] | None = None) -> Snapshot:
+                    meanwhile: Callable[[], None] | None = None, limits: dict[int, int] | None = None,
+                    on_result: Callable[[str, dict[str, Any]], None] | None = None) -> Snapshot:
     """``meanwhile`` runs in a thread of this (parent) process while the child collects: the parent
     only waits on a pipe then, so what comes next (imports, rules) costs no wall time. It is started
     after the fork (a thread inside an import at fork time would leave the child's import lock held).
     ``limits``: RLIMIT_* -> value set in the child before it collects (never raised above what it
     has): the resident watcher bounds each pass's memory, CPU seconds and fds this way, so a hostile
-    answer that makes a probe run away ends that pass, never the watcher (issue 25 item 4)."""
+    answer that makes a probe run away ends that pass, never the watcher (issue 25 item 4).
+    ``on_result``: called in this process with each probe's data as it arrives, while the child still
+    collects (triage classifies the stacks then, off the path after the window); what it raises is dropped."""
     from vllmdiag.runner import collect_snapshot
 
     names: list[str] | None = None
@@ -62,7 +65,7 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
     helper = _start(meanwhile)
     killed = False
     try:
-        raw, complete = _read_until(rfd, start + budget_s + grace_s)
+        lines, complete = _read_until(rfd, start + budget_s + grace_s, _results_to(on_result))
     except BaseException:
         kill_session(pid)  # Ctrl-C in the parent: nothing we started may outlive us
         raise
@@ -74,7 +77,7 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
     _reap(pid)
     if helper is not None:
         helper.join(REAP_S)  # before any later fork; imports do not hang, and a daemon thread cannot hold us
-    return _assemble(raw, killed, lambda: names or list(select_probes(discover(), probes, enable or set())), ctx,
+    return _assemble(lines, killed, lambda: names or list(select_probes(discover(), probes, enable or set())), ctx,
                      started_at, time.monotonic() - start, budget_s)
 
 
@@ -145,30 +148,61 @@ def _lower_limit(which: int, value: int) -> None:
         resource.setrlimit(which, (new, new))
 
 
-def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
-    """Everything the child wrote, and whether it closed the pipe (finished) before the deadline."""
-    chunks: list[bytes] = []
+def _read_until(fd: int, deadline: float, on_line: Callable[[dict[str, Any]], None] | None = None
+                ) -> tuple[list[dict[str, Any]], bool]:
+    """Every whole line the child wrote, decoded as it arrived (the end of the collection only decodes
+    its last lines), and whether it closed the pipe (finished) before the deadline. A line that is not
+    a JSON object (one cut by the kill) is dropped."""
+    out: list[dict[str, Any]] = []
+    pending: list[bytes] = []  # a line's pieces until its newline comes (joined once: a long line stays linear)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            return b"".join(chunks), False
+            return out, False
         ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks), True
-            chunks.append(chunk)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return out, True
+        if b"\n" not in chunk:
+            pending.append(chunk)
+            continue
+        *whole, rest = (b"".join(pending) + chunk).split(b"\n")
+        pending = [rest]
+        for line in whole:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+                if on_line is not None:
+                    on_line(obj)
 
 
-def _assemble(raw: bytes, killed: bool, all_names: Callable[[], list[str]], ctx: Context, started_at: str,
+def _results_to(on_result: Callable[[str, dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None] | None:
+    if on_result is None:
+        return None
+
+    def relay(obj: dict[str, Any]) -> None:
+        if "probe" in obj and isinstance(obj.get("data"), dict):
+            try:
+                on_result(str(obj["probe"]), obj["data"])
+            except Exception:  # noqa: BLE001 - a head start only: the snapshot is built from the lines anyway
+                pass
+
+    return relay
+
+
+def _assemble(lines: list[dict[str, Any]], killed: bool, all_names: Callable[[], list[str]], ctx: Context, started_at: str,
               elapsed: float, budget_s: float) -> Snapshot:
     results: dict[str, ProbeResult] = {}
     error = None
     done: dict[str, Any] | None = None
     prio: Any = None
-    for line in raw.splitlines():
+    for obj in lines:
         try:
-            obj = json.loads(line)
             if "probe" in obj:
                 results[str(obj["probe"])] = ProbeResult.from_dict(obj, "collector")
             elif "done" in obj and not killed:
@@ -178,7 +212,7 @@ def _assemble(raw: bytes, killed: bool, all_names: Callable[[], list[str]], ctx:
             elif "error" in obj:
                 error = str(obj["error"])
         except (ValueError, TypeError, KeyError, AttributeError, SnapshotError):
-            continue  # a line cut by the kill
+            continue  # not a line the child writes
     if done is not None and all(n in results for n in done["probes"]):
         return Snapshot(node=str(done["node"]), collected_at=str(done["collected_at"]), vllmdiag_version=__version__,
                         duration_s=float(done["duration_s"]), probes={n: results[n] for n in done["probes"]},

@@ -147,9 +147,16 @@ def _classify_frames(frames: list[Frame], thread: str, role: str | None, rules: 
 
 def classify_snapshot(snapshot: Snapshot, rules: Rules | None = None) -> dict[int, StackClass]:
     """pid -> class for every process the ``stacks`` probe dumped."""
-    roles = {p["pid"]: p.get("role") for p in snapshot.data("processes").get("processes", [])}
+    return classify_dumps(snapshot.data("stacks"), snapshot.data("processes"), rules)
+
+
+def classify_dumps(stacks: dict[str, Any], processes: dict[str, Any], rules: Rules | None = None) -> dict[int, StackClass]:
+    """The same from the two probes' data. Triage calls it as the stacks arrive, while the collector's
+    window is still open: the classes are memoized, so the analysis after the window finds them done
+    (~15 ms of a ~0.3 s idle triage)."""
+    roles = {p["pid"]: p.get("role") for p in processes.get("processes", [])}
     out: dict[int, StackClass] = {}
-    for dump in snapshot.data("stacks").get("dumps", []):
+    for dump in stacks.get("dumps", []):
         if dump.get("threads"):
             out[int(dump["pid"])] = classify_threads(dump["threads"], roles.get(dump["pid"]), rules)
     return out
