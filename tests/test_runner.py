@@ -123,3 +123,43 @@ def _zombie(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def _timed(marks: dict[str, float], name: str, sleep_s: float = 0.0, opens: bool = False) -> Any:
+    def fn(ctx: Context) -> dict[str, Any]:
+        marks[name] = time.monotonic()
+        time.sleep(sleep_s)
+        if opens:
+            marks["opened"] = time.monotonic()
+            ctx.open_window()  # the first sample is taken: the window is open
+            time.sleep(0.1)
+        marks[name + " ended"] = time.monotonic()
+        return {}
+    return fn
+
+
+def test_deferred_probes_start_once_the_window_opened_and_never_wait_long_for_it() -> None:
+    """What is on no path to the window's first sample (the kernel log, every process's maps) starts
+    after it, so that on 2 cores it does not delay it; it waits at most DEFER_MAX_S, and not at all
+    when no probe opens a window. Order only, never a machine's speed."""
+    from vllmdiag.runner import DEFER_MAX_S
+
+    def spec(name: str, fn: Any, **kw: Any) -> Probe:
+        return Probe(ProbeSpec(name=name, layer="host", description=name, timeout_s=5.0, **kw), fn)
+
+    marks: dict[str, float] = {}
+    reg = {"opener": spec("opener", _timed(marks, "opener", 0.2, opens=True), sampler=True, opens_window=True),
+           "later": spec("later", _timed(marks, "later"), deferred=True), "plain": spec("plain", _timed(marks, "plain"))}
+    snap = collect_snapshot(Context(), registry=reg, budget_s=6.0)
+    assert {r.status for r in snap.probes.values()} == {"ok"}
+    assert marks["plain"] < marks["opened"] <= marks["later"] < marks["opener ended"]
+
+    marks.clear()  # an opener that never opens: the deferred probe waits DEFER_MAX_S, not for the opener's end
+    reg["opener"] = spec("opener", _timed(marks, "opener", 4 * DEFER_MAX_S), sampler=True, opens_window=True)
+    collect_snapshot(Context(), registry=reg, budget_s=6.0)
+    assert marks["opener"] + DEFER_MAX_S * 0.9 <= marks["later"] < marks["opener ended"]
+
+    marks.clear()  # no probe opens a window: nothing to wait for
+    reg = {"later": reg["later"], "plain": spec("plain", _timed(marks, "plain", 2 * DEFER_MAX_S))}
+    collect_snapshot(Context(), registry=reg, budget_s=6.0)
+    assert marks["later"] < marks["plain ended"] - DEFER_MAX_S

@@ -41,6 +41,7 @@ class Context:
     _results_lock: threading.Lock = field(default_factory=threading.Lock)
     _others_done: threading.Event = field(default_factory=threading.Event)
     _cancelled: threading.Event = field(default_factory=threading.Event)
+    _window_opened: threading.Event = field(default_factory=threading.Event)
     # Called with every recorded result (hardstop streams them to the parent, so a killed collection
     # keeps what it had); must not raise.
     on_record: Callable[[str, ProbeResult], None] | None = None
@@ -57,6 +58,7 @@ class Context:
     def cancel(self) -> None:
         self._cancelled.set()
         self._others_done.set()
+        self._window_opened.set()
 
     def wait_others(self, timeout_s: float) -> bool:
         """For samplers: block until all non-sampler probes finished, or timeout. True if they did."""
@@ -64,6 +66,13 @@ class Context:
 
     def mark_others_done(self) -> None:
         self._others_done.set()
+
+    def open_window(self) -> None:
+        """The movement window's first sample is taken (or will not be): deferred probes may start."""
+        self._window_opened.set()
+
+    def wait_window(self, timeout_s: float) -> bool:
+        return self._window_opened.wait(max(0.0, timeout_s))
 
     # ---- results of other probes ---------------------------------------------------------------
     def result(self, name: str) -> ProbeResult | None:

@@ -24,6 +24,12 @@ class ProbeSpec:
     # A sampler keeps sampling until every non-sampler probe has finished (ctx.wait_others), so
     # "sampled over time" costs no extra wall time: it overlaps the slow probes (stacks).
     sampler: bool = False
+    # The probe whose first sample opens the movement window (http: /metrics), and the probes that
+    # start only once it has opened (ctx.wait_window, at most runner.DEFER_MAX_S): their work is on no
+    # path to that sample, and on a 2-core node their CPU (the kernel log, every process's maps)
+    # delayed it, and with it the whole window.
+    opens_window: bool = False
+    deferred: bool = False
 
 
 class Skip(Exception):

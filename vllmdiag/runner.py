@@ -24,6 +24,7 @@ from vllmdiag.redact import redact_text
 from vllmdiag.registry import Probe, discover, select
 
 DEFAULT_BUDGET_S = 8.0
+DEFER_MAX_S = 0.3  # a deferred probe waits at most this long for the window to open (x ctx.stretch)
 
 
 def collect_snapshot(
@@ -63,14 +64,22 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
         # Wait for requirements (bounded by this probe's own deadline share of the budget).
         for dep in probe.spec.requires:
             done[dep].wait(ctx.remaining())
+        if probe.spec.deferred:
+            ctx.wait_window(min(DEFER_MAX_S * ctx.stretch, ctx.remaining()))
         with lock:
             started[name] = time.monotonic()
-        result = _run_one(ctx, probe)
+        try:
+            result = _run_one(ctx, probe)
+        finally:
+            if probe.spec.opens_window:  # skipped, failed or done: nothing is left to wait for
+                ctx.open_window()
         with lock:
             if ctx.result(name) is None:  # the watchdog may have recorded a timeout already
                 ctx.record(name, result)
         done[name].set()
 
+    if not any(p.spec.opens_window for p in chosen.values()):
+        ctx.open_window()
     threads = []
     for name, probe in chosen.items():
         t = threading.Thread(target=worker, args=(name, probe), name=f"probe-{name}", daemon=True)

@@ -12,7 +12,7 @@ from vllmdiag.probes._procfs import read_text  # the system's files and our own:
 from vllmdiag.probes._procfs import readlink as _readlink
 
 SPEC = ProbeSpec(name="host", layer="host", description="hostname, kernel, container hints, /dev/shm, limits",
-                 timeout_s=2.0)
+                 timeout_s=2.0, deferred=True)
 
 
 def collect(ctx: Context) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from vllmdiag.probes.endpoints import API_ROLES, http_port, scope
 from vllmdiag.probes.sockets import parse_tcp, socket_inodes
 
 SPEC = ProbeSpec(name="http", layer="client", description="API server /health, /metrics, client send queues",
-                 requires=("processes", "sockets"), timeout_s=20.0, sampler=True)
+                 requires=("processes", "sockets"), timeout_s=20.0, sampler=True, opens_window=True)
 
 METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
            "vllm:generation_tokens_total": "generation_tokens", "vllm:prompt_tokens_total": "prompt_tokens"}
@@ -80,6 +80,7 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     for s in gets:
         t0 = time.monotonic()
         s["metrics"] = [metrics_sample(s, step, start)]
+    ctx.open_window()
     for s in [] if cheap else servers:
         _sample_conns(ctx, s, 0)
     for s in gets:

@@ -22,7 +22,7 @@ from vllmdiag.probe import ProbeSpec, Skip
 from vllmdiag.probes._procfs import read_text
 
 SPEC = ProbeSpec(name="kmsg", layer="gpu", description="NVIDIA Xid/NVRM/NVLink lines from the kernel log (read-only)",
-                 timeout_s=3.0)
+                 timeout_s=3.0, deferred=True)
 MAX_RECORDS = 200_000  # a full 16 MiB ring of short lines; reading it takes ~0.1 s
 MAX_KEPT = 200  # driver lines kept (newest)
 MAX_LINE = 400

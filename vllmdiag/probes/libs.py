@@ -21,7 +21,7 @@ from vllmdiag.probes._elf import ElfError, build_id_of
 from vllmdiag.probes._procfs import DENIED, read_proc, split_deleted
 
 SPEC = ProbeSpec(name="libs", layer="host", description="libnccl path + ELF build-id per vLLM process, package versions",
-                 requires=("processes",), timeout_s=3.0)
+                 requires=("processes",), timeout_s=3.0, deferred=True)
 
 _NCCL = re.compile(r"^libnccl[\w.-]*\.so(\.[\d.]+)?$")
 _SITE = re.compile(r"^(.*/(?:site|dist)-packages)/([^/]+)/")
