@@ -253,9 +253,10 @@ def warm_analysis() -> None:
     --ship bundle without PyYAML fails here quietly and says why later, where it always did)."""
     from vllmdiag.analysis.bisect import analyze  # noqa: F401
     from vllmdiag.analysis.contract import analyzers, second_look_pids  # noqa: F401
-    from vllmdiag.analysis.views.stack_match import load_rules
+    from vllmdiag.analysis.views.stack_match import compile_globs, load_rules
 
     load_rules()
+    compile_globs()
     analyzers()  # the analyzer modules, found by folder: ~20 ms of imports off the path after the collection
 
 

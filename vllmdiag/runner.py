@@ -59,6 +59,10 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
     done: dict[str, threading.Event] = {name: threading.Event() for name in chosen}
     started: dict[str, float] = {}
     lock = threading.Lock()
+    non_samplers = [n for n, p in chosen.items() if not p.spec.sampler]
+    # --watch: samplers keep observing at least this long, so rates cover a longer window.
+    watch_s = float(ctx.options.get("watch_s") or 0.0)
+    watch_until = time.monotonic() + watch_s
 
     def worker(name: str, probe: Probe) -> None:
         # Wait for requirements (bounded by this probe's own deadline share of the budget).
@@ -77,6 +81,10 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
             if ctx.result(name) is None:  # the watchdog may have recorded a timeout already
                 ctx.record(name, result)
         done[name].set()
+        # The samplers' last samples wait for this: said the moment the last probe ends, not at the
+        # watchdog's next tick.
+        if all(done[n].is_set() for n in non_samplers) and time.monotonic() >= watch_until:
+            ctx.mark_others_done()
 
     if not any(p.spec.opens_window for p in chosen.values()):
         ctx.open_window()
@@ -86,10 +94,6 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
         t.start()
         threads.append(t)
 
-    non_samplers = [n for n, p in chosen.items() if not p.spec.sampler]
-    # --watch: samplers keep observing at least this long, so rates cover a longer window.
-    watch_s = float(ctx.options.get("watch_s") or 0.0)
-    watch_until = time.monotonic() + watch_s
     # Watchdog loop: enforce per-probe deadlines and the total budget.
     while True:
         now = time.monotonic()

@@ -289,6 +289,13 @@ def stop_signature(threads: list[dict[str, Any]], sc: StackClass) -> tuple[Any, 
     return (sc.label, tuple((_last(f[0]), f[1].rsplit("/", 1)[-1], f[2]) for f in frames[i:]))
 
 
+def compile_globs() -> None:
+    """fnmatch compiles each pattern on first use (~3 ms for these): triage does it while its collector
+    runs (api.warm_analysis), not in the analysis after the window."""
+    for glob in LIBRARY_FILES + WAIT_FILES:
+        fnmatch.fnmatchcase("", glob)
+
+
 @functools.lru_cache(maxsize=8192)
 def _globbed(path: str, globs: tuple[str, ...]) -> bool:
     """Memoized: a fleet repeats the same few hundred paths thousands of times."""
