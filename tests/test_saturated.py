@@ -226,3 +226,21 @@ def test_a_boosted_triage_still_collects_after_a_slow_start_up() -> None:
     if not realtime:
         pytest.skip("SCHED_FIFO refused here")
     assert status != "inconclusive" and probes == ["host", "processes"], (status, summary, probes)  # analysis not cut
+
+
+def test_no_second_look_is_chosen_when_the_budget_has_no_room_for_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Choosing the pids of a second stack look is analysis; with no budget left for the look itself it is
+    not even chosen (on a starved node, --no-boost under load, the choice ran seconds past the budget
+    before the verdict's own guard began)."""
+    import vllmdiag.analysis.contract as contract
+    from vllmdiag.api import triage
+
+    asked: list[bool] = []
+    monkeypatch.setattr(contract, "second_look_pids", lambda snap: asked.append(True) or [])
+    roomy = triage(probes=["processes", "stacks"], budget_s=8.0, confirm_s=0)
+    assert asked == [True] and "resample" not in roomy.report.snapshots[0].options
+    asked.clear()
+    origin = time.monotonic() - 0.7  # a start-up that left the collector its minimum and no room after it
+    tight = triage(probes=["processes", "stacks"], budget_s=1.0, confirm_s=0, origin=origin)
+    assert asked == [], "a second look was chosen with no budget left for it"
+    assert tight.report.snapshots[0].options["resample"].startswith("skipped: ")

@@ -228,6 +228,17 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
     done_at = time.monotonic()
     if probes is not None and "stacks" not in probes:
         return snap
+    from vllmdiag.hardstop import GRACE_S
+
+    def left() -> float:
+        return second_look.PASS_BUDGET_S if until is None else \
+            until - time.monotonic() - max(0.0, second_look.SETTLE_S - (time.monotonic() - done_at)) - GRACE_S
+
+    if left() < second_look.MIN_RESAMPLE_S:
+        # No room for a second look, so no choosing one either: that is analysis, and on a starved node
+        # (--no-boost under load) it took seconds past the budget before the verdict's own guard began.
+        snap.options["resample"] = f"skipped: {max(0.0, left()):.1f} s of the budget left for a second look"
+        return snap
     try:
         from vllmdiag.analysis.contract import second_look_pids
 
@@ -236,15 +247,12 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
         snap.options["resample"] = f"skipped: {type(exc).__name__}: {exc}"
         return snap
     if again:
-        from vllmdiag.hardstop import GRACE_S
-
-        left = second_look.PASS_BUDGET_S if until is None else \
-            until - time.monotonic() - max(0.0, second_look.SETTLE_S - (time.monotonic() - done_at)) - GRACE_S
-        if left < second_look.MIN_RESAMPLE_S:
-            snap.options["resample"] = f"skipped: {max(0.0, left):.1f} s of the budget left for it"
+        room = left()
+        if room < second_look.MIN_RESAMPLE_S:
+            snap.options["resample"] = f"skipped: {max(0.0, room):.1f} s of the budget left for it"
             return snap
         second_look.resample(snap, again, collect, dict(options or {}), quick_ctx, time.monotonic() - done_at,
-                         budget_s=min(second_look.PASS_BUDGET_S, left))
+                         budget_s=min(second_look.PASS_BUDGET_S, room))
     return snap
 
 
