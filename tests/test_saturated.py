@@ -70,7 +70,7 @@ def test_no_boost_and_the_environment_variable_keep_normal_priority() -> None:
 
 
 # What may load before the tool raises its priority: the interpreter's own start-up modules, then these.
-BEFORE_BOOST = {"vllmdiag", "vllmdiag.priority", "vllmdiag.__main__", "resource", "__future__"}
+BEFORE_BOOST = {"vllmdiag", "vllmdiag.priority", "vllmdiag.lastword", "vllmdiag.__main__", "resource", "__future__"}
 
 
 def test_the_command_raises_its_priority_before_it_loads_anything_else() -> None:

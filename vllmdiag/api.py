@@ -104,8 +104,11 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
             report = analyze([snap], wanted)
     except deadline.BudgetSpent:
         return TriageResult(out_of_time(snap, budget_s, "analysis"))
+    from vllmdiag import lastword
+
     if watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=opts,
-                        ctx=quick_ctx, on_confirm=on_confirm):
+                        ctx=quick_ctx, on_confirm=on_confirm,
+                        opening=lambda: lastword.postpone(started + max(budget_s, confirm_s))):
         try:
             with deadline.guard(started + max(budget_s, confirm_s) + deadline.LAST_WORD_S - RENDER_S
                                 if guarded else None):

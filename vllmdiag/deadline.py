@@ -11,7 +11,6 @@ It runs on the main thread only (where Python delivers signals); elsewhere it is
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -19,31 +18,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from vllmdiag import lastword
+from vllmdiag.lastword import process_start  # noqa: F401 - the command's origin, for the CLI
+
 AFTER_S = 0.5  # what the collector leaves for analysis and rendering before the budget ends
 # What ``collect --confirm`` writes on stderr when its confirm window opens: a sweep gives only a node that
 # said this the window on top of --timeout (vllmdiag/sweep/fanout.py); any other node is held to --timeout.
 CONFIRMING = "vllmdiag collect: work in flight, nothing moved: confirming"
 
-LAST_WORD_S = 1.0  # the verdict is out by budget + this
+LAST_WORD_S = lastword.LAST_WORD_S  # the verdict is out by budget + this
 MIN_COLLECT_S = 0.2  # a collector shorter than this sees nothing; start-up past the budget still gets it
 
 
 class BudgetSpent(BaseException):
     """The command's budget ran out: write the verdict from what is there, now."""
-
-
-def process_start() -> float:
-    """This process's start on the ``time.monotonic`` clock (from /proc/self/stat's start time, in
-    clock ticks since boot); now when it cannot be read."""
-    now = time.monotonic()
-    try:
-        with open("/proc/self/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22; after the comm: index 19
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - started
-    except (OSError, ValueError, IndexError, AttributeError):
-        return now
-    return now - max(0.0, min(age, 3600.0))
 
 
 def collector_budget(budget_s: float, origin: float, extra_s: float = 0.0) -> float:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vllmdiag import __version__
+from vllmdiag import __version__, lastword
 from vllmdiag.context import Context
 from vllmdiag.killtree import end_processes, kill_session, own_children
 from vllmdiag.model import ProbeResult, Snapshot, SnapshotError, strict_json
@@ -62,6 +62,7 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
         _child(wfd, lambda: collect_snapshot(ctx, probes=probes, enable=enable, budget_s=budget_s, registry=registry),
                ctx, limits)
     os.close(wfd)
+    lastword.collector(pid)
     helper = _start(meanwhile)
     killed = False
     try:
@@ -75,6 +76,7 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
         killed = True
         kill_session(pid)
     _reap(pid)
+    lastword.collector(None)
     if helper is not None:
         helper.join(REAP_S)  # before any later fork; imports do not hang, and a daemon thread cannot hold us
     return _assemble(lines, killed, lambda: names or list(select_probes(discover(), probes, enable or set())), ctx,

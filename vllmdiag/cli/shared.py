@@ -28,8 +28,10 @@ def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None
     The verdict is printed first: a file that cannot be written (a directory, a full disk, a
     symlink we refuse to follow) is one line and exit 2 after it, never a lost verdict. ``by``
     (monotonic): a view not drawn by then gives way to the verdict's one plain line (a starved node)."""
+    from vllmdiag import lastword
     from vllmdiag.deadline import BudgetSpent, guard
 
+    lastword.spoken()  # what is written from here on is the verdict: the starved command's timer stands down
     if as_json:
         try:
             with guard(by):

@@ -1,0 +1,108 @@
+"""A starved triage's last word (issue 24): without SCHED_FIFO, on a node whose every core spins, the
+command's own imports took 10-20 s of an 8 s budget; the timer armed at its first line writes an
+inconclusive verdict by budget + 1 s, ends the collector it started, and exits 4.
+
+Each case runs in its own interpreter (the timer is a process's SIGALRM); times are compared with the
+budget given, never with a machine's speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from vllmdiag import lastword
+from vllmdiag.errors import EXIT_INCONCLUSIVE
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+SLACK_S = 3.0  # an interpreter's start on a loaded 2-core machine
+
+
+def _run(code: str, timeout: float = 60.0) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                         env=ENV)
+    return out, time.monotonic() - start
+
+
+def test_the_exit_code_is_the_cli_one() -> None:
+    assert lastword.EXIT_INCONCLUSIVE == EXIT_INCONCLUSIVE
+
+
+def test_a_triage_that_never_speaks_gets_an_inconclusive_json_verdict_by_budget_plus_one() -> None:
+    code = ("import time\nfrom vllmdiag import lastword\n"
+            "lastword.arm(['triage', '--json', '--budget', '0.5'])\n"
+            "time.sleep(30)  # a start-up or a collection that never ends in time\nprint('never')\n")
+    out, wall = _run(code)
+    assert out.returncode == EXIT_INCONCLUSIVE and "never" not in out.stdout and not out.stderr, out.stderr
+    assert wall < 0.5 + lastword.LAST_WORD_S + SLACK_S, f"{wall:.1f} s"
+    report = json.loads(out.stdout)
+    v = report["verdict"]
+    assert report["schema_version"] == 1 and v["status"] == "inconclusive" and v["culprits"] == []
+    assert "0.5 s budget ran out" in v["summary"] and any("chrt" in s and "--budget" in s for s in v["next_steps"])
+    assert set(v) == {"status", "layer", "culprits", "summary", "evidence", "next_steps", "confidence"}
+
+
+def test_the_terminal_view_gets_one_line() -> None:
+    out, _ = _run("import time\nfrom vllmdiag import lastword\nlastword.arm(['triage', '--budget=0.3'])\n"
+                  "time.sleep(30)\n")
+    assert out.returncode == EXIT_INCONCLUSIVE
+    assert out.stdout.startswith("vllmdiag: inconclusive: The 0.3 s budget ran out") and out.stdout.count("\n") == 1
+
+
+def test_a_verdict_being_written_stands_it_down_and_the_confirm_window_moves_it() -> None:
+    spoken, wall = _run("import time\nfrom vllmdiag import lastword\nlastword.arm(['triage', '--budget', '0.2'])\n"
+                        "lastword.spoken()\ntime.sleep(2.0)\nprint('the verdict')\n")
+    assert spoken.returncode == 0 and spoken.stdout == "the verdict\n"
+    # postponed 2 s past the budget: still asleep at budget + 1 s, cut before the script's own end
+    later, wall = _run("import time\nfrom vllmdiag import lastword\nt0 = lastword.process_start()\n"
+                       "lastword.arm(['triage', '--budget', '0.2'])\nlastword.postpone(t0 + 2.2)\n"
+                       "time.sleep(1.5)\nprint('still here', flush=True)\ntime.sleep(30)\n")
+    assert later.returncode == EXIT_INCONCLUSIVE and later.stdout.startswith("still here\nvllmdiag: inconclusive")
+
+
+def test_a_guard_nested_inside_gives_the_timer_back() -> None:
+    code = ("import time\nfrom vllmdiag import lastword\nfrom vllmdiag.deadline import guard\n"
+            "lastword.arm(['triage', '--json', '--budget', '0.2'])\n"
+            "with guard(time.monotonic() + 60):\n    time.sleep(0.2)\n"
+            "time.sleep(30)\n")
+    out, _ = _run(code)
+    assert out.returncode == EXIT_INCONCLUSIVE and json.loads(out.stdout)["verdict"]["status"] == "inconclusive"
+
+
+def test_the_collector_it_started_ends_with_it(tmp_path: Path) -> None:
+    """What the command started does not outlive it: the collector's whole session is ended."""
+    marker = tmp_path / "collector.pid"
+    code = ("import os, time\nfrom vllmdiag import lastword\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n    os.setsid()\n    time.sleep(60)\n    os._exit(0)\n"
+            f"open({str(marker)!r}, 'w').write(str(pid))\n"
+            "lastword.collector(pid)\nlastword.arm(['triage', '--budget', '0.3'])\ntime.sleep(30)\n")
+    out, _ = _run(code)
+    assert out.returncode == EXIT_INCONCLUSIVE
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state in ("Z", "X"):  # killed, waiting for init to reap it
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the collector outlived the command")
+
+
+def test_command_lines_it_cannot_read_plainly_arm_nothing() -> None:
+    for argv in (["triage", "--budget", "abc"], ["triage", "--budget"], ["collect", "--budget", "1"], ["triage", "-h"],
+                 ["triage", "--budget", "0.01"], ["triage", "--rates", "-1"]):
+        out, _ = _run(f"import time\nfrom vllmdiag import lastword\nlastword.arm({argv!r})\ntime.sleep(1.6)\n"
+                      "print('ok')\n")
+        assert out.returncode == 0 and out.stdout == "ok\n", argv

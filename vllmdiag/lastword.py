@@ -1,0 +1,131 @@
+"""A triage's last word when it gets no CPU: an inconclusive verdict by budget + 1 s, whatever ran late.
+
+Without SCHED_FIFO (``--no-boost``, no root, a cgroup without an RT budget) a triage on a node whose
+every core spins gets about 1 % of a core: on the loaded real server its own imports (~0.1 s of CPU)
+took 10-20 s, so the budget checks in the code behind them came far too late (14-22 s against 9 s).
+So the command arms an interval timer at its first line (``vllmdiag/__main__.py``), due at the process
+start + budget + ``LAST_WORD_S``: if no verdict was written by then, the handler writes a short
+inconclusive one that says why (fixed text, nothing imported), ends the collector it started, if
+any, and exits 4. A fraction of a millisecond of CPU: on such a node, tens of milliseconds.
+
+The command's own guards (``deadline.guard``) nest inside this timer and give it back after; the
+verdict written (``spoken``) turns it into a no-op; the confirm window moves it (``postpone``). A
+boosted command runs at full speed and keeps its own rules (it may finish a quick pass after a slow
+start-up), so the timer is armed only where the boost did not take. It uses ``_signal``, not
+``signal``, which imports enum (~7 ms of CPU: most of a second at 1 % of a core)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+try:
+    import _signal
+except ImportError:  # not CPython: no last word, the guards behind it still hold
+    _signal = None
+
+TYPE_CHECKING = False  # not typing's: this module loads before the CLI (typing costs ~5 ms)
+if TYPE_CHECKING:
+    from typing import Any
+
+LAST_WORD_S = 1.0  # the verdict is out by budget + this (deadline.LAST_WORD_S is this value)
+EARLY_S = 0.05  # the timer fires this much before, so that writing the line fits
+EXIT_INCONCLUSIVE = 4  # errors.EXIT_INCONCLUSIVE (not imported: see above)
+
+_state: dict[str, Any] = {"armed": False, "spoken": False, "json": False, "budget": 0.0, "origin": 0.0,
+                          "collector": None}
+
+
+def process_start() -> float:
+    """This process's start on the ``time.monotonic`` clock (from /proc/self/stat's start time, in
+    clock ticks since boot); now when it cannot be read."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22; after the comm: index 19
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - max(0.0, min(age, 3600.0))
+
+
+def arm(argv: list[str]) -> None:
+    """``vllmdiag triage ...`` (argv without the program): the timer, at the process start + the budget
+    (+ ``--rates``) + LAST_WORD_S. A command line it cannot read plainly arms nothing: the CLI will
+    reject or read it, with its own checks."""
+    if _signal is None or argv[:1] != ["triage"] or {"-h", "--help"} & set(argv):
+        return
+    budget, rates, watch = _seconds(argv, "--budget", 8.0), _seconds(argv, "--rates", 0.0), _seconds(argv, "--watch", 0.0)
+    if budget is None or rates is None or watch is None or not 0.2 <= budget <= 600:
+        return
+    rates = max(rates, watch)
+    if not 0 <= rates <= 3600:
+        return
+    origin = process_start()
+    _state.update(armed=True, json="--json" in argv, budget=budget + rates, origin=origin)
+    _signal.signal(_signal.SIGALRM, _fire)
+    _set(origin + budget + rates + LAST_WORD_S - EARLY_S)
+
+
+def postpone(at: float) -> None:
+    """The verdict is now due at monotonic ``at`` + LAST_WORD_S (the confirm window opened)."""
+    if _state["armed"] and not _state["spoken"] and _signal is not None:
+        _set(at + LAST_WORD_S - EARLY_S)
+
+
+def spoken() -> None:
+    """The verdict is being written: from now on the timer does nothing."""
+    _state["spoken"] = True
+
+
+def collector(pid: int | None) -> None:
+    """The collector running now (hardstop.py), ended with everything it started if the timer fires."""
+    _state["collector"] = pid
+
+
+def _set(at: float) -> None:
+    if _signal.getsignal(_signal.SIGALRM) is _fire:  # else a guard holds the timer and gives it back after
+        _signal.setitimer(_signal.ITIMER_REAL, max(0.001, at - time.monotonic()))
+
+
+def _seconds(argv: list[str], name: str, default: float) -> float | None:
+    value: str | None = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1:]
+    if value is None:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _fire(signum: int, frame: Any) -> None:
+    if _state["spoken"]:
+        return
+    _state["spoken"] = True
+    took = time.monotonic() - _state["origin"]
+    why = (f"The {_state['budget']:g} s budget ran out before a verdict ({took:.1f} s since the command started, at "
+           "normal priority: the node is starved of CPU and vllmdiag could not take SCHED_FIFO)")
+    fix = ("Re-run as root so vllmdiag can take SCHED_FIFO for its short life (or under `chrt -f 10`), with a larger "
+           "--budget (e.g. --budget 30), or from outside a CPU-throttled pod (see README, Kubernetes).")
+    if _state["json"]:  # the JSON contract's shape, as deadline-cut output has it (render/cli: emit)
+        text = ('{"schema_version":1,"verdict":{"status":"inconclusive","layer":null,"culprits":[],'
+                f'"summary":"Inconclusive: {why}.","evidence":["{why}."],"next_steps":["{fix}"],'
+                '"confidence":"low"},"cut":"the budget ran out before the report was made"}\n')
+    else:
+        text = f"vllmdiag: inconclusive: {why}. {fix}\n"
+    try:
+        os.write(1, text.encode())
+    except OSError:  # a reader that went away: the exit code still says it
+        pass
+    pid = _state["collector"]
+    if pid is not None:
+        from vllmdiag.killtree import kill_session  # loaded with the collector (hardstop.py)
+
+        kill_session(pid)
+    os._exit(EXIT_INCONCLUSIVE)
