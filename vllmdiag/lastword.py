@@ -29,11 +29,17 @@ if TYPE_CHECKING:
     from typing import Any
 
 LAST_WORD_S = 1.0  # the verdict is out by budget + this (deadline.LAST_WORD_S is this value)
-EARLY_S = 0.05  # the timer fires this much before, so that writing the line fits
+EARLY_S = 0.05  # the timer fires at least this much before, so that writing the line fits
+# A starved process runs its handler late: the signal waits for the thread's next slice of CPU and for
+# the C call it is in (unmarshalling a module) to return. The interpreter's own start (~15 ms of CPU)
+# measures how starved: the timer fires this many times that start's wall time earlier, at most the
+# whole LAST_WORD_S (on the loaded real server a start of 1.3-2.5 s; the handler then ran ~1 s late).
+STARVED_FACTOR = 0.7
+STARVED_SHARE = 0.25  # below this share of a core since the start, the verdict says the node starved us
 EXIT_INCONCLUSIVE = 4  # errors.EXIT_INCONCLUSIVE (not imported: see above)
 
 _state: dict[str, Any] = {"armed": False, "spoken": False, "json": False, "budget": 0.0, "origin": 0.0,
-                          "collector": None}
+                          "early": EARLY_S, "collector": None}
 
 
 def process_start() -> float:
@@ -63,15 +69,16 @@ def arm(argv: list[str]) -> None:
     if not 0 <= rates <= 3600:
         return
     origin = process_start()
-    _state.update(armed=True, json="--json" in argv, budget=budget + rates, origin=origin)
+    early = min(LAST_WORD_S, EARLY_S + STARVED_FACTOR * (time.monotonic() - origin))
+    _state.update(armed=True, json="--json" in argv, budget=budget + rates, origin=origin, early=early)
     _signal.signal(_signal.SIGALRM, _fire)
-    _set(origin + budget + rates + LAST_WORD_S - EARLY_S)
+    _set(origin + budget + rates + LAST_WORD_S - early)
 
 
 def postpone(at: float) -> None:
     """The verdict is now due at monotonic ``at`` + LAST_WORD_S (the confirm window opened)."""
     if _state["armed"] and not _state["spoken"] and _signal is not None:
-        _set(at + LAST_WORD_S - EARLY_S)
+        _set(at + LAST_WORD_S - _state["early"])
 
 
 def spoken() -> None:
@@ -109,8 +116,10 @@ def _fire(signum: int, frame: Any) -> None:
         return
     _state["spoken"] = True
     took = time.monotonic() - _state["origin"]
-    why = (f"The {_state['budget']:g} s budget ran out before a verdict ({took:.1f} s since the command started, at "
-           "normal priority: the node is starved of CPU and vllmdiag could not take SCHED_FIFO)")
+    share = time.process_time() / max(took, 0.001)  # of one core, this process's threads together
+    why = f"The {_state['budget']:g} s budget ran out before a verdict ({took:.1f} s since the command started, " + (
+        f"at normal priority: the node is starved of CPU, vllmdiag got {100 * share:.0f} % of a core and could not take "
+        "SCHED_FIFO)" if share < STARVED_SHARE else "at normal priority: a probe or the analysis ran past it)")
     fix = ("Re-run as root so vllmdiag can take SCHED_FIFO for its short life (or under `chrt -f 10`), with a larger "
            "--budget (e.g. --budget 30), or from outside a CPU-throttled pod (see README, Kubernetes).")
     if _state["json"]:  # the JSON contract's shape, as deadline-cut output has it (render/cli: emit)
