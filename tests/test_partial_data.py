@@ -93,6 +93,10 @@ def test_a_tiny_budget_on_a_live_simulator_keeps_the_promise_and_never_claims_id
                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
         wall = time.monotonic() - start
     report = json.loads(proc.stdout)
+    assert wall < budget + 1.0 + 2.5, f"triage --budget {budget} took {wall:.1f} s"  # + spawn slack on 2 shared cores
+    if "snapshot" not in report:  # slower than budget + 1 s at normal priority: the last word (lastword.py) spoke
+        assert report["verdict"]["status"] == "inconclusive" and "budget" in report["cut"], report
+        return
     probes = report["snapshot"]["probes"]
     missing = [n for n in ("stacks", "rings", "shm", "http") if probes.get(n, {}).get("status") in ("timeout", "skipped")]
     # A stacks probe whose every dump timed out is "partial" but read nothing (progress counts it blind too).
@@ -102,7 +106,6 @@ def test_a_tiny_budget_on_a_live_simulator_keeps_the_promise_and_never_claims_id
     assert "Idle" not in report["verdict"]["summary"], report["verdict"]["summary"]
     assert report["verdict"]["status"] in ("inconclusive", "healthy"), report["verdict"]
     assert report["snapshot"]["options"]["command_budget_s"] == budget
-    assert wall < budget + 1.0 + 2.5, f"triage --budget {budget} took {wall:.1f} s"  # + spawn slack on 2 shared cores
 
 
 PLUGIN = "vllmdiag_hangplugin/__init__.py"
