@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from vllmdiag.analysis.bisect import analyze
 from vllmdiag.analysis.views.deployments import find_deployments, role_of
 from vllmdiag.analysis.views.ring_roles import ring_roles
 from vllmdiag.analysis.views.stack_match import classify_snapshot, classify_threads
@@ -66,6 +67,8 @@ VERDICTS = [
     ("tp1/snap-api-sigstop.json.gz", "blocked", "process", "api_server"),
     ("tp1/snap-stalled-client.json.gz", "blocked", "client", "http_client"),
     ("tp1/snap-worker-sigkill.json.gz", "blocked", "process", ("VLLM::EngineCore", "engine_core", None)),
+    # the killed lone worker already reaped: no worker left, the EngineCore alone maps the rings it shares with it
+    ("tp1/snap-worker-sigkill-reaped.json.gz", "blocked", "process", ("VLLM::Worker", "worker", 0)),
     ("tp2/snap-idle.json.gz", "healthy", None, None),
     # loaded 2-core node: stacks and the second /metrics sample timed out, the rings drained (they read alike
     # between any two steps): nothing seen moving and nothing seen still, so neither healthy nor degraded
@@ -318,3 +321,22 @@ def test_a_killed_worker_caught_mid_teardown_is_dead_not_starting(tmp_path: Path
     top = verdict.culprits[0]
     assert (verdict.status, verdict.layer, top.pid, top.rank) == ("blocked", "process", row["pid"], 1), verdict.summary
     assert "dead" in verdict.summary
+
+
+def test_a_lone_worker_reaped_before_the_look_is_named_gone_from_the_rings(tmp_path: Path) -> None:
+    """At TP=1 no surviving rank shows the gap: a SIGKILLed worker reaped before the first look left only
+    the EngineCore mapping the rings it shared with it (the CI run of 683f578 read blocked/client, the
+    EngineCore named). Those rings say a worker is gone; without them (a uniprocess engine, the model in
+    the EngineCore) no worker is missed, nor while the engine is young enough to be spawning its workers."""
+    name = "tp1/snap-worker-sigkill-reaped.json.gz"
+    snap = load_snapshots(unpacked(name, tmp_path))[0]
+    found = [f for f in analyze([snap], {root(name)}).findings if f.code == "process.rank_missing"]
+    assert len(found) == 1 and found[0].evidence["missing_tp_ranks"] == [0], found
+    assert "psm_" in found[0].message and found[0].culprits[0].pid is None
+    no_rings = load_snapshots(unpacked(name, tmp_path))[0]
+    no_rings.probes["rings"].data["rings"] = []
+    assert not [f for f in analyze([no_rings], {root(name)}).findings if f.code == "process.rank_missing"]
+    young = load_snapshots(unpacked(name, tmp_path))[0]
+    for p in young.probes["processes"].data["processes"]:
+        p["age_s"] = 3.0
+    assert not [f for f in analyze([young], {root(name)}).findings if f.code == "process.rank_missing"]

