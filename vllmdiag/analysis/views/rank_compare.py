@@ -13,7 +13,7 @@ from vllmdiag.analysis.views import nvml_pids
 from vllmdiag.analysis.views.deployments import Deployment, display_title, role_of
 from vllmdiag.analysis.views.moe_step import ep_op
 from vllmdiag.analysis.views.stack_match import StackClass
-from vllmdiag.model import Snapshot
+from vllmdiag.model import Finding, Snapshot
 from vllmdiag.stack_classes import COLLECTIVE, COMPILING
 
 SPIN_UTIL_PCT, SPIN_POWER_FRACTION = 95, 0.6  # busy-wait kernels keep SMs "utilized" without drawing full power
@@ -54,6 +54,18 @@ def seen_moving_deployments(snapshot: Snapshot, deployments: list[Deployment]) -
     from vllmdiag.analysis.views.progress import all_passes, deployment_progress
 
     return {p.deployment_id for p in deployment_progress(all_passes(snapshot), deployments) if p.moved}
+
+
+def in_passing(found: list[Finding]) -> None:
+    """One-sample pictures (warnings: no second look, the budget had none left) of a deployment seen
+    moving are most likely a step in passing: kept as information, never a warning that calls a busy
+    deployment degraded (a loaded real TP=2 server, CI). Read by the TP and the DP/EP/PP comparisons."""
+    for f in found:
+        if f.severity == "warning":
+            f.severity = "info"
+            f.message = f.message.replace(" (one sample)", " (one sample, while the deployment was seen moving: "
+                                          "most likely a step in passing)")
+            f.evidence["seen_moving"] = True
 
 
 # ---- rank groups -------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from vllmdiag.analysis.views.rank_compare import (
     OddRank,
     compare_group,
     fold,
+    in_passing,
     moving_deployments,
     rank_name,
     seen_moving_deployments,
@@ -66,14 +67,8 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
                 f.severity = "critical"
                 f.message = f.message.replace(" (one sample)", f" (nothing moved for {stalled[dep.id]:.1f} s)")
                 f.evidence["confirmed_by_progress"] = True
-            elif f.severity == "warning" and dep.id in seen_moving:
-                # One sample and no second look (a loaded node's budget had none left) while the rings
-                # moved: as in gpu/ranks.py, most likely a step in passing; kept as information, not
-                # a warning that would call a busy DP/EP/PP deployment degraded.
-                f.severity = "info"
-                f.message = f.message.replace(" (one sample)", " (one sample, while the deployment was seen "
-                                              "moving: most likely a step in passing)")
-                f.evidence["seen_moving"] = True
+        if dep.id in seen_moving:
+            in_passing(found)  # what the whole window did not confirm
         out += [f for f in found if not (f.evidence.get("needs_progress") and f.severity != "critical")]
     return out
 

@@ -19,6 +19,7 @@ from vllmdiag.analysis.views.rank_compare import (
     compare_group,
     fold,
     gpu_by_pid,
+    in_passing,
     moving_deployments,
     rank_name,
     seen_moving_deployments,
@@ -50,15 +51,8 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
             cmp = compare_group(members, classes, dep.configured.get("tp"))
             if cmp is not None and dep.id not in moving:
                 found = _odd_finding(snapshot, dep, key, members, cmp, classes, again, gpus)
-                for f in found:
-                    if f.severity == "warning" and dep.id in seen_moving:
-                        # One sample, no second look (the budget had none left: a loaded real TP=2 server,
-                        # CI), while its rings moved: a step in passing is what that picture most likely
-                        # is, and a warning made the busy server "degraded". Kept, as information.
-                        f.severity = "info"
-                        f.message = f.message.replace(" (one sample)", " (one sample, while the deployment "
-                                                      "was seen moving: most likely a step in passing)")
-                        f.evidence["seen_moving"] = True
+                if dep.id in seen_moving:
+                    in_passing(found)
                 out += found
         out += _nvml_signals(snapshot, dep, classes, gpus)
     return out + _hardware(snapshot) + _nccl_ras(snapshot)
