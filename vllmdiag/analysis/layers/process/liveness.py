@@ -75,14 +75,37 @@ def _states(snap: Snapshot, dep: Deployment, inferred: dict[int, int]) -> list[F
         if state not in STATE_CODES or role_of(p) not in VLLM_ROLES:
             continue
         code, what = STATE_CODES[state]
+        severity = "critical"
+        if state == "D":
+            later = _later_states(snap, p["pid"])
+            if any(s != "D" for s in later):
+                continue  # it left D: a page fault or a disk read passes through it (seen in CI on a busy node)
+            if not later:
+                severity, what = "warning", (f"{what}, at the one look had at it (a page fault or a disk read "
+                                             "passes through D too: only a second look in D makes it stuck)")
         blame = culprit(snap, p, f"state {state}: {what}")
         if blame.rank is None and p["pid"] in inferred:
             blame.rank = inferred[p["pid"]]
             blame.title = f"VLLM::Worker_TP{blame.rank}"
         name = blame.title or role_of(p)
-        out.append(finding(code, LAYER, "critical", snap, dep, f"{name} (pid {p['pid']}) {what}.",
+        out.append(finding(code, LAYER, severity, snap, dep, f"{name} (pid {p['pid']}) {what}.",
                            [p["pid"]], {"state": state, "wchan": p.get("wchan"), "title": name},
                            [blame]))
+    return out
+
+
+def _later_states(snap: Snapshot, pid: int) -> list[str]:
+    """The states later looks saw ``pid`` in: the stacks probe reads each target's state before and after
+    its dump (it runs after the processes probe, on its output), then the confirm window's passes. A look
+    that found the process gone says nothing about D."""
+    out: list[str] = []
+    for look in (snap, *snap.passes):
+        for d in look.data("stacks").get("dumps", []) or []:
+            if isinstance(d, dict) and d.get("pid") == pid:
+                out += [d[k] for k in ("state_before", "state_after") if isinstance(d.get(k), str)]
+    for look in snap.passes:
+        out += [p["state"] for p in look.data("processes").get("processes", []) or []
+                if isinstance(p, dict) and p.get("pid") == pid and isinstance(p.get("state"), str)]
     return out
 
 
