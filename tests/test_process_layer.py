@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from vllmdiag.api import analyze_files, triage
 
@@ -24,6 +29,9 @@ def test_healthy_tree_is_healthy_and_complete() -> None:
         res = _triage(t.api)
         rep = res.report
         assert rep.verdict.status == "healthy", rep.verdict.summary
+        # Only the processes were looked at (--probe processes): no "idle", since nothing looked for work.
+        assert "Idle" not in rep.verdict.summary and "Progress not judged: stacks, rings, http not run" in rep.verdict.summary
+        assert rep.verdict.confidence == "medium"
         assert res.exit_code == 0
         assert len(rep.deployments) == 1
         dep = rep.deployments[0]
@@ -121,3 +129,55 @@ def test_no_deployment_exit_code_3(tmp_path) -> None:  # type: ignore[no-untyped
     f.write_text(json.dumps(snap))
     out = subprocess.run([sys.executable, "-m", "vllmdiag", "analyze", str(f)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 3
+
+
+# ---- state D: stuck in the kernel, or passing through it ----------------------------------------
+RANK = Path(__file__).parent / "data" / "stacks"
+
+
+def _d_codes(snap: dict[str, Any], tmp_path: Path, pid: int) -> tuple[str, dict[str, str]]:
+    f = tmp_path / f"snap-{len(list(tmp_path.iterdir()))}.json"
+    f.write_text(json.dumps(snap))
+    rep = analyze_files([f], [pid]).report
+    return rep.verdict.status, {x.code: x.severity for x in rep.findings if x.code == "process.d_state"}
+
+
+def test_one_look_in_d_is_not_a_stuck_process(tmp_path: Path) -> None:
+    """CI, a healthy simulated DP worker on a busy node: the processes probe read it in D once (a page fault
+    or a disk read passes through D) and the verdict said stuck in the kernel. Only D held over the later
+    looks (the stacks probe reads each target's state before and after its dump) is stuck."""
+    with fake_tree(tp=2) as t:
+        snap = triage(pids=[t.api], probes=["processes", "stacks"], budget_s=8).report.snapshots[0].to_dict()
+        victim = t.workers[1]
+    procs = snap["probes"]["processes"]["data"]["processes"]
+    next(p for p in procs if p["pid"] == victim)["state"] = "D"
+    dumps = [d for d in snap["probes"]["stacks"]["data"]["dumps"] if d["pid"] == victim]
+    assert dumps and all(d["state_before"] in ("R", "S") for d in dumps)
+    assert _d_codes(snap, tmp_path, t.api) == ("healthy", {})  # it left D by the stacks' look
+    for d in dumps:
+        d["state_before"] = d["state_after"] = "D"
+    assert _d_codes(snap, tmp_path, t.api) == ("blocked", {"process.d_state": "critical"})  # held
+    del snap["probes"]["stacks"]
+    status, codes = _d_codes(snap, tmp_path, t.api)  # one look, no later one: said, never critical
+    assert codes == {"process.d_state": "warning"} and status == "degraded"
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler for the vfork helper")
+def test_a_worker_held_in_d_is_blocked_at_the_process_layer(tmp_path: Path) -> None:
+    """A real D-state process (vfork's parent waits in the kernel until its child dies), titled like a
+    lone worker: every look sees D, so it is named stuck."""
+    lib, ready = tmp_path / "vfork_hold.so", tmp_path / "ready"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(RANK / "vfork_hold.c")], check=True)
+    proc = subprocess.Popen([sys.executable, str(RANK / "fake_rank.py"), "VLLM::Worker_TP0", "executing",
+                             "--ready", str(ready), "--ttl", "40", "--hold-lib", str(lib)])
+    try:
+        wait_state(proc.pid, "D", timeout=15)
+        rep = triage(pids=[proc.pid], probes=["processes", "stacks"], budget_s=8).report
+        assert rep.verdict.status == "blocked"
+        assert [(f.severity, f.culprits[0].pid) for f in rep.findings if f.code == "process.d_state"] == \
+            [("critical", proc.pid)]
+    finally:
+        for child in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+            os.kill(int(child), signal.SIGKILL)  # the vfork child first: then its parent can die
+        proc.kill()
+        proc.wait(timeout=10)

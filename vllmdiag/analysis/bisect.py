@@ -129,7 +129,9 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
     not_seen = missing + [u for u in unseen if not u.startswith("stacks")] if moved else []
     if not_seen:
         summary += " Not seen (not needed: work was seen moving): " + "; ".join(not_seen) + "."
-    return Verdict(status="healthy", summary=summary, evidence=not_seen)
+    # The processes were seen; progress only as far as the caller's --probe let it be looked at.
+    unasked = [] if moved else [str(u) for u in seen.get("unasked") or []]
+    return Verdict(status="healthy", summary=summary, evidence=not_seen, confidence="medium" if unasked else "high")
 
 
 TIMEOUT_FIX = ("The node is short of CPU (or a probe was slow): re-run with a larger --budget (e.g. --budget 30), "

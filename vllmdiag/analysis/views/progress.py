@@ -65,6 +65,8 @@ class Progress:
     # Probes that could not look (timed out, skipped, failed) at what "in flight" and "moved" read:
     # they never support "idle", "drained" or "no step under way" (issue 24).
     blind: list[str] = field(default_factory=list)
+    # Progress probes no pass ran at all (the caller's --probe left them out): no look, so no "idle" either.
+    unasked: list[str] = field(default_factory=list)
     # Looked at twice, read alike, and that proves nothing: a drained ring's flags read the same between
     # any two steps (every slot written and read), however many steps ran in between.
     no_evidence: list[str] = field(default_factory=list)
@@ -76,6 +78,7 @@ class Progress:
         return {"deployment": self.deployment_id, "work_in_flight": self.work_in_flight, "moved": self.moved,
                 "moved_what": self.moved_what, "still": self.still, "window_s": self.window_s,
                 "in_flight": self.in_flight, "passes": self.passes, "blind": self.blind,
+                "unasked": self.unasked,
                 "no_evidence": self.no_evidence,
                 "cpu_s": {str(k): v for k, v in sorted(self.cpu_s.items())}}
 
@@ -115,6 +118,7 @@ def _one(passes: list[Snapshot], dep: Deployment, window: float) -> Progress:
     _script_output(passes, dep, p)
     _empty_steps_waiting_for_kv(passes, dep, p)
     p.blind = blind_probes(passes, dep)
+    p.unasked = [name for name in PROGRESS_PROBES if not any(name in s.probes for s in passes)]
     p.cpu_s = _cpu(passes, dep)
     p.work_in_flight = bool(p.in_flight)
     p.moved = bool(p.moved_what)

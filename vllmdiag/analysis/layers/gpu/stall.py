@@ -289,6 +289,9 @@ def _nvml_picture(pids: list[int], gpus: dict[int, dict[str, Any]]) -> tuple[dic
 def _progress_info(snap: Snapshot, dep: Deployment, p: Progress) -> Finding:
     if not p.work_in_flight and p.blind and not p.moved:  # a probe that saw nothing never says "idle"
         msg = f"No work in flight seen, but idle cannot be told from stuck: {'; '.join(p.blind)}."
+    elif not p.work_in_flight and p.unasked and not p.moved:  # nor does one that was never run
+        msg = (f"Progress not judged: {', '.join(p.unasked)} not run (--probe left them out), so idle cannot be "
+               "told from stuck.")
     elif not p.work_in_flight:
         msg = "Idle: no work in flight (no request running or waiting, rings drained, no step under way)."
     elif not p.moved and not p.still and p.blind:  # nothing seen either way: the verdict names the blind probes
