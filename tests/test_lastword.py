@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -101,8 +102,50 @@ def test_the_collector_it_started_ends_with_it(tmp_path: Path) -> None:
 
 
 def test_command_lines_it_cannot_read_plainly_arm_nothing() -> None:
-    for argv in (["triage", "--budget", "abc"], ["triage", "--budget"], ["collect", "--budget", "1"], ["triage", "-h"],
+    for argv in (["triage", "--budget", "abc"], ["triage", "--budget"], ["gate", "--budget", "1"], ["triage", "-h"],
                  ["triage", "--budget", "0.01"], ["triage", "--rates", "-1"]):
         out, _ = _run(f"import time\nfrom vllmdiag import lastword\nlastword.arm({argv!r})\ntime.sleep(1.6)\n"
                       "print('ok')\n")
         assert out.returncode == 0 and out.stdout == "ok\n", argv
+
+
+def test_a_starved_collect_answers_a_blind_snapshot_the_sweep_reads_as_inconclusive() -> None:
+    """`vllmdiag collect` is what a swept node runs: its last word is a snapshot (exit 0) in which the
+    processes probe timed out, so the sweep gets the node's answer by its budget + 1 s and calls it blind."""
+    from vllmdiag.analysis.bisect import analyze
+    from vllmdiag.sweep.outcome import parse_snapshot
+
+    out, wall = _run("import time\nfrom vllmdiag import lastword\nlastword.arm(['collect', '--budget', '0.5'])\n"
+                     "time.sleep(30)\nprint('never')\n")
+    assert out.returncode == 0 and "never" not in out.stdout and not out.stderr, out.stderr
+    assert wall < 0.5 + lastword.LAST_WORD_S + SLACK_S, f"{wall:.1f} s"
+    snap = parse_snapshot([out.stdout.encode()])
+    assert snap.probes["processes"].status == "timeout" and "0.5 s budget ran out before a snapshot" in \
+        str(snap.probes["processes"].reason)
+    v = analyze([snap]).verdict
+    assert v.status == "inconclusive" and "Could not list processes" in v.summary, v.summary
+
+
+def test_a_collect_writing_to_a_file_says_one_line_and_exits_inconclusive(tmp_path: Path) -> None:
+    out, _ = _run("import time\nfrom vllmdiag import lastword\n"
+                  f"lastword.arm(['collect', '--out', {str(tmp_path / 'snap.json')!r}, '--budget=0.3'])\n"
+                  "time.sleep(30)\n")
+    assert out.returncode == EXIT_INCONCLUSIVE and out.stdout == "" and not (tmp_path / "snap.json").exists()
+    assert out.stderr.startswith("vllmdiag collect: no snapshot: The 0.3 s budget ran out") and out.stderr.count("\n") == 1
+
+
+def test_the_installed_collect_held_off_the_cpu_still_answers_in_time() -> None:
+    """The real command, given no CPU at all for longer than its budget (SIGSTOP, as a starved node's
+    scheduler would): once it runs again its answer is the blind snapshot, not a collection begun late."""
+    proc = subprocess.Popen([sys.executable, "-m", "vllmdiag", "collect", "--no-boost", "--budget", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+    try:
+        time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(0.5 + lastword.LAST_WORD_S + 0.5)
+        os.kill(proc.pid, signal.SIGCONT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert '"status":"timeout"' in stdout.splitlines()[-1] and "before a snapshot" in stdout, stdout[-500:]

@@ -12,7 +12,12 @@ The command's own guards (``deadline.guard``) nest inside this timer and give it
 verdict written (``spoken``) turns it into a no-op; the confirm window moves it (``postpone``). A
 boosted command runs at full speed and keeps its own rules (it may finish a quick pass after a slow
 start-up), so the timer is armed only where the boost did not take. It uses ``_signal``, not
-``signal``, which imports enum (~7 ms of CPU: most of a second at 1 % of a core)."""
+``signal``, which imports enum (~7 ms of CPU: most of a second at 1 % of a core).
+
+``vllmdiag collect`` (what every node of a sweep runs) gets the same timer. Its last word is a
+snapshot in which the processes probe timed out, saying why, on stdout (exit 0): the sweep reads it
+as that node's answer (blind, so inconclusive), by the node's budget + 1 s, not at the sweep's own
+``--timeout``. With ``--out FILE`` (and no ``--json``) it is one line on stderr and exit 4."""
 
 from __future__ import annotations
 
@@ -39,7 +44,8 @@ STARVED_SHARE = 0.25  # below this share of a core since the start, the verdict 
 EXIT_INCONCLUSIVE = 4  # errors.EXIT_INCONCLUSIVE (not imported: see above)
 
 _state: dict[str, Any] = {"armed": False, "spoken": False, "json": False, "budget": 0.0, "origin": 0.0,
-                          "early": EARLY_S, "collector": None}
+                          "early": EARLY_S, "collector": None, "command": "triage", "snapshot": False}
+COMMANDS = ("triage", "collect")
 
 
 def process_start() -> float:
@@ -57,10 +63,10 @@ def process_start() -> float:
 
 
 def arm(argv: list[str]) -> None:
-    """``vllmdiag triage ...`` (argv without the program): the timer, at the process start + the budget
-    (+ ``--rates``) + LAST_WORD_S. A command line it cannot read plainly arms nothing: the CLI will
-    reject or read it, with its own checks."""
-    if _signal is None or argv[:1] != ["triage"] or {"-h", "--help"} & set(argv):
+    """``vllmdiag triage ...`` or ``vllmdiag collect ...`` (argv without the program): the timer, at the
+    process start + the budget (+ ``--rates``) + LAST_WORD_S. A command line it cannot read plainly arms
+    nothing: the CLI will reject or read it, with its own checks."""
+    if _signal is None or not argv or argv[0] not in COMMANDS or {"-h", "--help"} & set(argv):
         return
     budget, rates, watch = _seconds(argv, "--budget", 8.0), _seconds(argv, "--rates", 0.0), _seconds(argv, "--watch", 0.0)
     if budget is None or rates is None or watch is None or not 0.2 <= budget <= 600:
@@ -70,7 +76,9 @@ def arm(argv: list[str]) -> None:
         return
     origin = process_start()
     early = min(LAST_WORD_S, EARLY_S + STARVED_FACTOR * (time.monotonic() - origin))
-    _state.update(armed=True, json="--json" in argv, budget=budget + rates, origin=origin, early=early)
+    to_file = any(a == "--out" or a.startswith("--out=") for a in argv)
+    _state.update(armed=True, json="--json" in argv, budget=budget + rates, origin=origin, early=early,
+                  command=argv[0], snapshot=argv[0] == "collect" and ("--json" in argv or not to_file))
     _signal.signal(_signal.SIGALRM, _fire)
     _set(origin + budget + rates + LAST_WORD_S - early)
 
@@ -117,24 +125,55 @@ def _fire(signum: int, frame: Any) -> None:
     _state["spoken"] = True
     took = time.monotonic() - _state["origin"]
     share = time.process_time() / max(took, 0.001)  # of one core, this process's threads together
-    why = f"The {_state['budget']:g} s budget ran out before a verdict ({took:.1f} s since the command started, " + (
+    what = "a snapshot" if _state["command"] == "collect" else "a verdict"
+    why = f"The {_state['budget']:g} s budget ran out before {what} ({took:.1f} s since the command started, " + (
         f"at normal priority: the node is starved of CPU, vllmdiag got {100 * share:.0f} % of a core and could not take "
         "SCHED_FIFO)" if share < STARVED_SHARE else "at normal priority: a probe or the analysis ran past it)")
     fix = ("Re-run as root so vllmdiag can take SCHED_FIFO for its short life (or under `chrt -f 10`), with a larger "
            "--budget (e.g. --budget 30), or from outside a CPU-throttled pod (see README, Kubernetes).")
+    if _state["snapshot"]:  # collect: a snapshot the sweep (or `vllmdiag analyze`) reads as a blind node
+        _say(_snapshot_line(why, took))
+        _end(0)
+    if _state["command"] == "collect":  # its snapshot was to go to a file: none is written
+        _say(f"vllmdiag collect: no snapshot: {why}. {fix}\n", 2)
+        _end(EXIT_INCONCLUSIVE)
     if _state["json"]:  # the JSON contract's shape, as deadline-cut output has it (render/cli: emit)
         text = ('{"schema_version":1,"verdict":{"status":"inconclusive","layer":null,"culprits":[],'
                 f'"summary":"Inconclusive: {why}.","evidence":["{why}."],"next_steps":["{fix}"],'
                 '"confidence":"low"},"cut":"the budget ran out before the report was made"}\n')
     else:
         text = f"vllmdiag: inconclusive: {why}. {fix}\n"
+    _say(text)
+    _end(EXIT_INCONCLUSIVE)
+
+
+def _say(text: str, fd: int = 1) -> None:
     try:
-        os.write(1, text.encode())
+        os.write(fd, text.encode())
     except OSError:  # a reader that went away: the exit code still says it
         pass
+
+
+def _end(code: int) -> None:
     pid = _state["collector"]
     if pid is not None:
         from vllmdiag.killtree import kill_session  # loaded with the collector (hardstop.py)
 
         kill_session(pid)
-    os._exit(EXIT_INCONCLUSIVE)
+    os._exit(code)
+
+
+def _snapshot_line(why: str, took: float) -> str:
+    """The snapshot JSON (model/snapshot.py's shape) of a collect that saw nothing in time: the processes
+    probe stands for all, timed out, so analysis says blind (inconclusive), never "no deployment". Built
+    by hand: json would import re (milliseconds of CPU, most of a second here)."""
+    from vllmdiag import __version__  # the package is loaded: this module is part of it
+
+    node = "".join(c if c.isalnum() or c in "._-" else "?" for c in os.uname().nodename[:253]) or "unknown"
+    version = "".join(c if c.isalnum() or c in "._+-" else "?" for c in str(__version__)[:64])
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    budget = _state["budget"]
+    return (f'{{"schema_version":1,"node":"{node}","collected_at":"{at}","vllmdiag_version":"{version}",'
+            f'"duration_s":{took:.3f},"probes":{{"processes":{{"status":"timeout","duration_s":0.0,'
+            f'"reason":"not complete: {why}","data":{{}}}}}},"options":{{"command_budget_s":{budget:g},'
+            '"collected":"nothing in time: the last word of a starved collect"}}\n')

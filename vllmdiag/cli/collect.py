@@ -28,9 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _say_confirming() -> None:
+def _say_confirming(until: float) -> None:
+    from vllmdiag import lastword
     from vllmdiag.deadline import CONFIRMING
 
+    lastword.postpone(until)  # the window is part of the promise: a starved collect's timer moves with it
     sys.stderr.write(CONFIRMING + "\n")
     sys.stderr.flush()
 
@@ -62,11 +64,14 @@ def main(argv: list[str]) -> int:
     try:
         options.update(opt_in(args.enable or []))
         snap = collect(probes=args.probe, options=options, budget_s=args.budget, confirm_s=args.confirm,
-                       origin=origin, on_window=_say_confirming)
+                       origin=origin, on_window=lambda: _say_confirming(origin + max(args.budget, args.confirm)))
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {one_line(exc)}\n")
         return exc.exit_code
     text = strict_json.dumps(snap.to_dict(), default=str)
+    from vllmdiag import lastword
+
+    lastword.spoken()  # the snapshot is made: from here on a starved collect's timer stands down
     if args.json_out or not args.out:
         sys.stdout.write(text + "\n")
     if args.out:
