@@ -102,7 +102,8 @@ def test_the_collector_it_started_ends_with_it(tmp_path: Path) -> None:
 
 
 def test_command_lines_it_cannot_read_plainly_arm_nothing() -> None:
-    for argv in (["triage", "--budget", "abc"], ["triage", "--budget"], ["gate", "--budget", "1"], ["triage", "-h"],
+    for argv in (["triage", "--budget", "abc"], ["triage", "--budget"], ["gate", "--config", "g.yaml"], ["triage", "-h"],
+                 ["gate", "--url=http://x:1"], ["watch", "--budget", "0.5"],
                  ["triage", "--budget", "0.01"], ["triage", "--rates", "-1"]):
         out, _ = _run(f"import time\nfrom vllmdiag import lastword\nlastword.arm({argv!r})\ntime.sleep(1.6)\n"
                       "print('ok')\n")
@@ -149,3 +150,35 @@ def test_the_installed_collect_held_off_the_cpu_still_answers_in_time() -> None:
         proc.kill()
     assert proc.returncode == 0, stderr
     assert '"status":"timeout"' in stdout.splitlines()[-1] and "before a snapshot" in stdout, stdout[-500:]
+
+
+def test_a_starved_gate_fails_with_the_budget_check() -> None:
+    """A gate that could not finish its checks in its budget did not pass: exit 1, the check `budget`."""
+    out, wall = _run("import time\nfrom vllmdiag import lastword\nlastword.arm_gate(0.5, True)\ntime.sleep(30)\n")
+    assert out.returncode == lastword.EXIT_GATE_FAIL and wall < 0.5 + lastword.LAST_WORD_S + SLACK_S, out.stderr
+    gate = json.loads(out.stdout)["gate"]
+    assert gate["status"] == "fail" and gate["failed_required"] == ["budget"]
+    assert "0.5 s budget ran out before the gate's checks" in gate["checks"][0]["reason"]
+    text, _ = _run("import time\nfrom vllmdiag import lastword\nlastword.arm_gate(0.3, False)\ntime.sleep(30)\n")
+    assert text.returncode == 1 and text.stdout.startswith("vllmdiag gate: FAIL: The 0.3 s budget ran out")
+
+
+def test_the_installed_gate_held_off_the_cpu_fails_in_time(tmp_path: Path) -> None:
+    """The real command with its budget from --config (armed once the config is read), held off the CPU
+    from its start: once it runs again, its answer is the failed budget check, not a late gate."""
+    cfg = tmp_path / "gate.yaml"
+    cfg.write_text("collect_budget_s: 0.5\n")
+    proc = subprocess.Popen([sys.executable, "-m", "vllmdiag", "gate", "--json", "--config", str(cfg)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**ENV, "VLLMDIAG_BOOST": "0"})
+    try:
+        time.sleep(0.05)  # no CPU from its start on, longer than its budget + 1 s
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(0.5 + lastword.LAST_WORD_S + 0.5)
+        os.kill(proc.pid, signal.SIGCONT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, stderr
+    gate = json.loads(stdout)["gate"]
+    assert gate["status"] == "fail" and gate["failed_required"] == ["budget"], gate

@@ -17,7 +17,9 @@ start-up), so the timer is armed only where the boost did not take. It uses ``_s
 ``vllmdiag collect`` (what every node of a sweep runs) gets the same timer. Its last word is a
 snapshot in which the processes probe timed out, saying why, on stdout (exit 0): the sweep reads it
 as that node's answer (blind, so inconclusive), by the node's budget + 1 s, not at the sweep's own
-``--timeout``. With ``--out FILE`` (and no ``--json``) it is one line on stderr and exit 4."""
+``--timeout``. With ``--out FILE`` (and no ``--json``) it is one line on stderr and exit 4.
+``vllmdiag gate`` too: its last word is a failed gate (the check ``budget``, exit 1), armed at the first
+line with the default budget, or once its config is read where a ``--config`` or ``--url`` sets it."""
 
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ EXIT_INCONCLUSIVE = 4  # errors.EXIT_INCONCLUSIVE (not imported: see above)
 
 _state: dict[str, Any] = {"armed": False, "spoken": False, "json": False, "budget": 0.0, "origin": 0.0,
                           "early": EARLY_S, "collector": None, "command": "triage", "snapshot": False}
-COMMANDS = ("triage", "collect")
+COMMANDS = ("triage", "collect", "gate")
+EXIT_GATE_FAIL = 1  # gate/result.EXIT_FAIL: a gate that could not finish its checks did not pass
 
 
 def process_start() -> float:
@@ -68,6 +71,8 @@ def arm(argv: list[str]) -> None:
     nothing: the CLI will reject or read it, with its own checks."""
     if _signal is None or not argv or argv[0] not in COMMANDS or {"-h", "--help"} & set(argv):
         return
+    if argv[0] == "gate" and any(a.split("=", 1)[0] in ("--config", "--url") for a in argv):
+        return  # its budget is in the config or grows with the URL checks: armed once read (arm_gate)
     budget, rates, watch = _seconds(argv, "--budget", 8.0), _seconds(argv, "--rates", 0.0), _seconds(argv, "--watch", 0.0)
     if budget is None or rates is None or watch is None or not 0.2 <= budget <= 600:
         return
@@ -81,6 +86,19 @@ def arm(argv: list[str]) -> None:
                   command=argv[0], snapshot=argv[0] == "collect" and ("--json" in argv or not to_file))
     _signal.signal(_signal.SIGALRM, _fire)
     _set(origin + budget + rates + LAST_WORD_S - early)
+
+
+def arm_gate(budget: float, json_out: bool) -> None:
+    """``vllmdiag gate`` once its config is read: the timer at the process start + the gate's budget
+    (the config's, grown by the URL checks) + LAST_WORD_S. Its last word is a failed gate (exit 1)."""
+    if _signal is None or _state["spoken"] or not 0.2 <= budget <= 3600:
+        return
+    if not _state["armed"]:
+        origin = process_start()
+        _state.update(origin=origin, early=min(LAST_WORD_S, EARLY_S + STARVED_FACTOR * (time.monotonic() - origin)))
+    _state.update(armed=True, json=json_out, budget=budget, command="gate", snapshot=False)
+    _signal.signal(_signal.SIGALRM, _fire)
+    _set(_state["origin"] + budget + LAST_WORD_S - _state["early"])
 
 
 def postpone(at: float) -> None:
@@ -125,7 +143,7 @@ def _fire(signum: int, frame: Any) -> None:
     _state["spoken"] = True
     took = time.monotonic() - _state["origin"]
     share = time.process_time() / max(took, 0.001)  # of one core, this process's threads together
-    what = "a snapshot" if _state["command"] == "collect" else "a verdict"
+    what = {"collect": "a snapshot", "gate": "the gate's checks"}.get(_state["command"], "a verdict")
     why = f"The {_state['budget']:g} s budget ran out before {what} ({took:.1f} s since the command started, " + (
         f"at normal priority: the node is starved of CPU, vllmdiag got {100 * share:.0f} % of a core and could not take "
         "SCHED_FIFO)" if share < STARVED_SHARE else "at normal priority: a probe or the analysis ran past it)")
@@ -137,6 +155,9 @@ def _fire(signum: int, frame: Any) -> None:
     if _state["command"] == "collect":  # its snapshot was to go to a file: none is written
         _say(f"vllmdiag collect: no snapshot: {why}. {fix}\n", 2)
         _end(EXIT_INCONCLUSIVE)
+    if _state["command"] == "gate":
+        _say(_gate_line(why, fix, took) if _state["json"] else f"vllmdiag gate: FAIL: {why}. {fix}\n")
+        _end(EXIT_GATE_FAIL)
     if _state["json"]:  # the JSON contract's shape, as deadline-cut output has it (render/cli: emit)
         text = ('{"schema_version":1,"verdict":{"status":"inconclusive","layer":null,"culprits":[],'
                 f'"summary":"Inconclusive: {why}.","evidence":["{why}."],"next_steps":["{fix}"],'
@@ -163,13 +184,25 @@ def _end(code: int) -> None:
     os._exit(code)
 
 
+def _gate_line(why: str, fix: str, took: float) -> str:
+    """``gate --json``'s shape (cli/gate_command.py) with one failed required check, ``budget``."""
+    check = f'{{"name":"budget","status":"fail","required":true,"reason":"{why}. {fix}","numbers":{{}}}}'
+    return (f'{{"schema_version":1,"gate":{{"node":"{_node()}","status":"fail","failed_required":["budget"],'
+            f'"counts":{{"pass":0,"warn":0,"fail":1,"skip":0}},"duration_s":{took:.3f},"checks":[{check}]}},'
+            '"snapshot":null}\n')
+
+
+def _node() -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "?" for c in os.uname().nodename[:253]) or "unknown"
+
+
 def _snapshot_line(why: str, took: float) -> str:
     """The snapshot JSON (model/snapshot.py's shape) of a collect that saw nothing in time: the processes
     probe stands for all, timed out, so analysis says blind (inconclusive), never "no deployment". Built
     by hand: json would import re (milliseconds of CPU, most of a second here)."""
     from vllmdiag import __version__  # the package is loaded: this module is part of it
 
-    node = "".join(c if c.isalnum() or c in "._-" else "?" for c in os.uname().nodename[:253]) or "unknown"
+    node = _node()
     version = "".join(c if c.isalnum() or c in "._+-" else "?" for c in str(__version__)[:64])
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     budget = _state["budget"]

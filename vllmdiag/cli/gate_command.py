@@ -32,13 +32,22 @@ def gate_command(
     from vllmdiag.gate.config import DEFAULT_YAML, load_config
 
     if show_config:
+        from vllmdiag import lastword
+
+        lastword.spoken()
         sys.stdout.write(DEFAULT_YAML)
         return 0
     cfg = load_config(config).with_tp(tp)
+    from vllmdiag import lastword
     from vllmdiag.deadline import process_start
-    from vllmdiag.gate.run import run_gate, validate_url
+    from vllmdiag.gate.run import gate_budget, run_gate, validate_url
+    from vllmdiag.priority import realtime
 
-    node = run_gate(cfg, validate_url(url), origin=process_start())
+    url = validate_url(url)
+    if not realtime():  # starved at normal priority: the timer that says "fail" by budget + 1 s (lastword.py)
+        lastword.arm_gate(gate_budget(cfg, url), json_out)
+    node = run_gate(cfg, url, origin=process_start())
+    lastword.spoken()  # the results are made: from here on the timer stands down
     if json_out:
         payload = {"schema_version": 1, "config": {"source": cfg.source, "tp": cfg.tp},
                    "gate": node.to_dict(with_snapshot=False),

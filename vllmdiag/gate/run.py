@@ -43,18 +43,23 @@ def gate_options(cfg: GateConfig, url: str | None) -> dict[str, Any]:
     return opts
 
 
+def gate_budget(cfg: GateConfig, url: str | None) -> float:
+    """The gate's collection budget: the config's, grown to fit the URL checks' own deadlines."""
+    if not url:
+        return cfg.collect_budget_s
+    return max(cfg.collect_budget_s, urlprobe.spec(cfg.health_timeout_s, cfg.completion_deadline_s).timeout_s + 0.5)
+
+
 def collect_for_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None,
                      origin: float | None = None) -> Snapshot:
     ctx = ctx or Context()
     ctx.options.update(gate_options(cfg, url))
     registry = dict(discover())
     names = [n for n in WANTED if n in registry] + ["preflight"]
-    budget = cfg.collect_budget_s
+    budget = gate_budget(cfg, url)
     if url:
-        spec = urlprobe.spec(cfg.health_timeout_s, cfg.completion_deadline_s)
-        registry["gate_url"] = Probe(spec, urlprobe.collect)
+        registry["gate_url"] = Probe(urlprobe.spec(cfg.health_timeout_s, cfg.completion_deadline_s), urlprobe.collect)
         names.append("gate_url")
-        budget = max(budget, spec.timeout_s + 0.5)
     from vllmdiag.hardstop import collect_bounded  # the budget is a hard promise here too (issue 15 item 2)
 
     if origin is not None:  # the CLI: the budget counts from the process's start (issue 24)
