@@ -31,6 +31,9 @@ def test_healthy_tree_is_healthy_and_complete() -> None:
         assert rep.verdict.status == "healthy", rep.verdict.summary
         # Only the processes were looked at (--probe processes): no "idle", since nothing looked for work.
         assert "Idle" not in rep.verdict.summary and "Progress not judged: stacks, rings, http not run" in rep.verdict.summary
+        partial = triage(pids=[t.api], probes=["processes", "http"], budget_s=5).report.verdict  # idle as far as seen
+        assert "Idle: no work in flight (no request running or waiting; not looked at: stacks, rings (not run))" \
+            in partial.summary and partial.confidence == "medium", partial.summary
         assert rep.verdict.confidence == "medium"
         assert res.exit_code == 0
         assert len(rep.deployments) == 1

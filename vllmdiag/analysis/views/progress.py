@@ -118,7 +118,7 @@ def _one(passes: list[Snapshot], dep: Deployment, window: float) -> Progress:
     _script_output(passes, dep, p)
     _empty_steps_waiting_for_kv(passes, dep, p)
     p.blind = blind_probes(passes, dep)
-    p.unasked = [name for name in PROGRESS_PROBES if not any(name in s.probes for s in passes)]
+    p.unasked = unasked_probes(passes, dep)
     p.cpu_s = _cpu(passes, dep)
     p.work_in_flight = bool(p.in_flight)
     p.moved = bool(p.moved_what)
@@ -149,6 +149,15 @@ def _empty_steps_waiting_for_kv(passes: list[Snapshot], dep: Deployment, p: Prog
 # (no API server process), which is a fact, not blindness; rings skip when shm did not list.
 PROGRESS_PROBES = {"stacks": ("timeout", "error", "skipped"), "rings": ("timeout", "error", "skipped"),
                    "http": ("timeout", "error")}
+
+
+def unasked_probes(passes: list[Snapshot], dep: Deployment) -> list[str]:
+    """Progress probes that had something of this deployment to look at and that no pass ran (the
+    caller's --probe left them out): stacks always; rings where there are workers (the executor's rings
+    are shared with them); http where there is an API server (an offline LLM() has none)."""
+    roles = {role_of(q) for q in dep.processes}
+    relevant = ["stacks"] + (["rings"] if "worker" in roles else []) + (["http"] if "api_server" in roles else [])
+    return [name for name in relevant if not any(name in s.probes for s in passes)]
 
 
 def blind_probes(passes: list[Snapshot], dep: Deployment) -> list[str]:

@@ -286,14 +286,17 @@ def _nvml_picture(pids: list[int], gpus: dict[int, dict[str, Any]]) -> tuple[dic
 
 
 # ---- healthy wording ---------------------------------------------------------------------------
+IDLE_PARTS = (("http", "no request running or waiting"), ("rings", "rings drained"), ("stacks", "no step under way"))
+
+
 def _progress_info(snap: Snapshot, dep: Deployment, p: Progress) -> Finding:
     if not p.work_in_flight and p.blind and not p.moved:  # a probe that saw nothing never says "idle"
         msg = f"No work in flight seen, but idle cannot be told from stuck: {'; '.join(p.blind)}."
-    elif not p.work_in_flight and p.unasked and not p.moved:  # nor does one that was never run
-        msg = (f"Progress not judged: {', '.join(p.unasked)} not run (--probe left them out), so idle cannot be "
-               "told from stuck.")
-    elif not p.work_in_flight:
-        msg = "Idle: no work in flight (no request running or waiting, rings drained, no step under way)."
+    elif not p.work_in_flight:  # "idle" says only what was looked at (a probe --probe left out saw nothing)
+        seen = [what for name, what in IDLE_PARTS if name not in p.unasked]
+        not_run = f"; not looked at: {', '.join(p.unasked)} (not run)" if p.unasked else ""
+        msg = (f"Idle: no work in flight ({', '.join(seen)}{not_run})." if seen else
+               f"Progress not judged: {', '.join(p.unasked)} not run, so idle cannot be told from stuck.")
     elif not p.moved and not p.still and p.blind:  # nothing seen either way: the verdict names the blind probes
         msg = (f"Work in flight ({'; '.join(p.in_flight)}); nothing seen moving, and nothing seen still either: "
                + "; ".join(p.blind + p.no_evidence[:2]) + ".")
