@@ -60,7 +60,7 @@ def test_both_wheels_hold_every_tracked_file_of_their_packages(tmp_path: Path) -
     assert "vllmdiag_sim/bin/vllm" in simulator and any(n.startswith("vllmdiag_sim/vllm/") and n.endswith(".so")
                                                          for n in simulator)
     # The `vllmdiag` command is our own script (scripts/vllmdiag, issue 24), not pip's generated wrapper.
-    assert "vllmdiag-0.1.0.data/scripts/vllmdiag" in product
+    assert "vllmdiag-0.1.0.data/scripts/vllmdiag" in product and "vllmdiag-0.1.0.data/scripts/vllmdiag-py" in product
     (meta,) = [n for n in product if n.endswith(".dist-info/METADATA")]
     with zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))) as zf:
         requires = [line.split(":", 1)[1].strip().lower() for line in zf.read(meta).decode().splitlines()

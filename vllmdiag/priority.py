@@ -20,6 +20,8 @@ Why that cannot hurt the target:
 Where the kernel refuses (no CAP_SYS_NICE, a cgroup without an RT budget: EPERM) it falls back to a
 lower nice value, else leaves the priority as it is, and the snapshot says which (``options.priority``).
 ``--no-boost`` (triage, collect) or ``VLLMDIAG_BOOST=0`` (every command, watch's triages included) turn it off.
+The installed command (scripts/vllmdiag, sh) takes SCHED_FIFO before the interpreter starts, by the same
+rules, and says so in ``VLLMDIAG_RT_FROM``; here the rest of the rules then apply (``_launched``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ FIFO_PRIORITY = 10  # low among RT priorities (1-99): kernel threads (migration,
 NICE = -10  # the fallback: better than nothing where RT is refused
 RTTIME_S = 5.0  # CPU seconds a thread of ours may run at RT priority without blocking once (then SIGKILL)
 ENV = "VLLMDIAG_BOOST"
+LAUNCHER_ENV = "VLLMDIAG_RT_FROM"  # set by scripts/vllmdiag when it took SCHED_FIFO for the command
 RT_RUNTIME = "/proc/sys/kernel/sched_rt_runtime_us"
 
 _state: dict[str, Any] | None = None
@@ -83,8 +86,11 @@ def _apply(on: bool, by_flag: bool) -> dict[str, Any]:
         return {"policy": _policy_name(), "why": "--no-boost" if by_flag else f"{ENV}=0"}
     if not hasattr(os, "sched_setscheduler"):
         return {"policy": "normal", "why": "no sched_setscheduler on this platform"}
+    launched = os.environ.pop(LAUNCHER_ENV, "") == "launcher"  # scripts/vllmdiag took SCHED_FIFO before exec
     if os.sched_getscheduler(0) in (os.SCHED_FIFO, os.SCHED_RR):
-        return {"policy": _policy_name(), "why": "already real-time (started under chrt)"}
+        if not launched:  # the user's own chrt: their choice, kept as it is
+            return {"policy": _policy_name(), "why": "already real-time (started under chrt)"}
+        return _launched()
     runtime = _read_int(RT_RUNTIME)
     why = ""
     if runtime is None or runtime < 0:
@@ -109,6 +115,23 @@ def _apply(on: bool, by_flag: bool) -> dict[str, Any]:
         return {"policy": "SCHED_OTHER", "nice": os.nice(0), "why": why}
     except OSError as exc:
         return {"policy": "SCHED_OTHER", "nice": os.nice(0), "why": f"{why}; nice refused ({exc.strerror})"}
+
+
+def _launched() -> dict[str, Any]:
+    """SCHED_FIFO taken by the `vllmdiag` launcher before the interpreter started (it checked the flags and
+    RT throttling): the rest of the rules here, the RT-time limit and one usable core (then back to normal)."""
+    runtime = _read_int(RT_RUNTIME)
+    try:
+        if (os.cpu_count() or 1) < 2 or len(os.sched_getaffinity(0)) < 2:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            return {"policy": "SCHED_OTHER", "why": "a single usable core: the launcher's SCHED_FIFO given back"}
+        limit = int(RTTIME_S * 1e6)
+        resource.setrlimit(resource.RLIMIT_RTTIME, (limit, limit))
+    except (PermissionError, OSError, ValueError) as exc:  # the limit refused: no RT without it
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        return {"policy": "SCHED_OTHER", "why": f"RLIMIT_RTTIME refused ({type(exc).__name__}: {exc}): SCHED_FIFO given back"}
+    return {"policy": _policy_name(), "priority": os.sched_getparam(0).sched_priority, "rt_runtime_us": runtime,
+            "rttime_limit_s": RTTIME_S, "by": "the vllmdiag launcher, from exec (the interpreter's start included)"}
 
 
 def _policy_name() -> str:
