@@ -85,7 +85,7 @@ def test_the_command_raises_its_priority_before_it_loads_anything_else() -> None
     assert set(ours) <= BEFORE_BOOST | {"_stat", "stat", "_collections_abc", "genericpath", "posixpath", "os"}, ours
     import ast
 
-    script = (ROOT / "scripts" / "vllmdiag").read_text()
+    script = (ROOT / "scripts" / "vllmdiag-py").read_text()  # the Python half the sh launcher execs
     assert script.startswith("#!python\n")  # pip points it at the installing interpreter
     imported = {a.name for node in ast.walk(ast.parse(script)) if isinstance(node, ast.Import) for a in node.names}
     imported |= {node.module or "" for node in ast.walk(ast.parse(script)) if isinstance(node, ast.ImportFrom)}
