@@ -86,3 +86,25 @@ def test_sigcont_only_for_what_our_py_spy_stopped(tmp_path: Path, reliability: A
         assert sigconts & {pre, other} == set(), f"SIGCONT sent to a stop that was not ours: {sigconts}"
         assert states["pre"] == "T" and states["other"] == "T"  # both stops stand
         assert ours in sigconts and states["ours"] in ("S", "R"), proc.stdout  # our own attach stop is undone
+
+
+def test_a_target_still_on_its_way_into_our_stop_is_resumed_all_the_same(tmp_path: Path) -> None:
+    """Its tracer (our killed py-spy) is gone, but the woken target has not been scheduled into the group
+    stop within the wait (state R on a loaded node): SIGCONT anyway, or it would stay stopped once it is."""
+    from vllmdiag.probes import _ptrace
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        fake = tmp_path / "proc" / str(sleeper.pid)
+        fake.mkdir(parents=True)
+        (fake / "stat").write_text(f"{sleeper.pid} (python) R 1 1 1 0 -1 0\n")
+        (fake / "status").write_text("Name:\tpython\nTracerPid:\t0\n")
+        assert _ptrace.resume_stopped([sleeper.pid], tmp_path / "proc", wait_s=0.05) == [sleeper.pid]
+        (fake / "stat").write_text(f"{sleeper.pid} (python) S 1 1 1 0 -1 0\n")  # settled, not stopped: nothing
+        assert _ptrace.resume_stopped([sleeper.pid], tmp_path / "proc", wait_s=0.05) == []
+        (fake / "status").write_text("Name:\tpython\nTracerPid:\t4242\n")  # still traced: never while a tracer holds it
+        (fake / "stat").write_text(f"{sleeper.pid} (python) t 1 1 1 0 -1 0\n")
+        assert _ptrace.resume_stopped([sleeper.pid], tmp_path / "proc", wait_s=0.05) == []
+    finally:
+        sleeper.kill()
+        sleeper.wait()

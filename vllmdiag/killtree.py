@@ -26,7 +26,16 @@ def end_processes(members: dict[int, int]) -> None:
     """SIGKILL these processes' groups (pid -> pgid), then resume what a killed py-spy among them left stopped."""
     if not members:
         return
-    traced = _traced_by(members)
+    traced = set(_traced_by(members))
+    # Our own processes are stopped first, then looked at again: a py-spy that attached between the look
+    # above and its kill would leave its target stopped, unseen (seen in CI under strace and load).
+    for pid in members:
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+    traced |= set(_traced_by(members))
     own = os.getpgid(0)
     for pid, pgid in members.items():
         try:
@@ -38,7 +47,7 @@ def end_processes(members: dict[int, int]) -> None:
             pass
     if traced:
         _wait_exited(list(members))
-        resume_stopped(traced)
+        resume_stopped(sorted(traced))
 
 
 def _session(sid: int) -> dict[int, int]:

@@ -66,7 +66,9 @@ def resume_stopped(pids: list[int], proc_root: Path = PROC, wait_s: float = SETT
 
     The kernel wakes a traced task at the detach and it re-enters its group stop only when next
     scheduled, which on a loaded node takes a while (it reads t or R until then): wait for that, for
-    all of them together, at most ``wait_s``."""
+    all of them together, at most ``wait_s``. One that has not settled by then, its tracer gone, is
+    resumed all the same: it was ours, and a woken task still on its way into the stop would otherwise
+    stay stopped (SIGCONT to a task already running changes nothing)."""
     deadline = time.monotonic() + wait_s
     todo, done = list(pids), []
     while todo:
@@ -75,8 +77,11 @@ def resume_stopped(pids: list[int], proc_root: Path = PROC, wait_s: float = SETT
             todo.remove(pid)
             if state(pid, proc_root) == "T" and _cont(pid):
                 done.append(pid)
-        if not todo or time.monotonic() >= deadline:
+        if not todo:
             return done
+        if time.monotonic() >= deadline:
+            return done + [p for p in todo if state(p, proc_root) in ("t", "R", "T") and tracer_tid(p, proc_root) == 0
+                           and _cont(p)]
         time.sleep(0.005)
     return done
 
