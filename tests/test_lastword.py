@@ -135,20 +135,26 @@ def test_a_collect_writing_to_a_file_says_one_line_and_exits_inconclusive(tmp_pa
     assert out.stderr.startswith("vllmdiag collect: no snapshot: The 0.3 s budget ran out") and out.stderr.count("\n") == 1
 
 
-def test_the_installed_collect_held_off_the_cpu_still_answers_in_time() -> None:
-    """The real command, given no CPU at all for longer than its budget (SIGSTOP, as a starved node's
-    scheduler would): once it runs again its answer is the blind snapshot, not a collection begun late."""
-    proc = subprocess.Popen([sys.executable, "-m", "vllmdiag", "collect", "--no-boost", "--budget", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+def _held_off_the_cpu(argv: list[str], env: dict[str, str], budget_s: float = 0.5) -> tuple[int, str, str]:
+    """`python -m vllmdiag ARGV` given no CPU at all (SIGSTOP) from its start until past budget + 1 s."""
+    proc = subprocess.Popen([sys.executable, "-m", "vllmdiag", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     try:
         time.sleep(0.05)
         os.kill(proc.pid, signal.SIGSTOP)
-        time.sleep(0.5 + lastword.LAST_WORD_S + 0.5)
+        time.sleep(budget_s + lastword.LAST_WORD_S + 0.5)
         os.kill(proc.pid, signal.SIGCONT)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == 0, stderr
+    return proc.returncode, stdout, stderr
+
+
+def test_the_installed_collect_held_off_the_cpu_still_answers_in_time() -> None:
+    """The real command, given no CPU at all for longer than its budget (SIGSTOP, as a starved node's
+    scheduler would): once it runs again its answer is the blind snapshot, not a collection begun late."""
+    rc, stdout, stderr = _held_off_the_cpu(["collect", "--no-boost", "--budget", "0.5"], ENV)
+    assert rc == 0, stderr
     assert '"status":"timeout"' in stdout.splitlines()[-1] and "before a snapshot" in stdout, stdout[-500:]
 
 
@@ -168,17 +174,7 @@ def test_the_installed_gate_held_off_the_cpu_fails_in_time(tmp_path: Path) -> No
     from its start: once it runs again, its answer is the failed budget check, not a late gate."""
     cfg = tmp_path / "gate.yaml"
     cfg.write_text("collect_budget_s: 0.5\n")
-    proc = subprocess.Popen([sys.executable, "-m", "vllmdiag", "gate", "--json", "--config", str(cfg)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**ENV, "VLLMDIAG_BOOST": "0"})
-    try:
-        time.sleep(0.05)  # no CPU from its start on, longer than its budget + 1 s
-        os.kill(proc.pid, signal.SIGSTOP)
-        time.sleep(0.5 + lastword.LAST_WORD_S + 0.5)
-        os.kill(proc.pid, signal.SIGCONT)
-        stdout, stderr = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1, stderr
+    rc, stdout, stderr = _held_off_the_cpu(["gate", "--json", "--config", str(cfg)], {**ENV, "VLLMDIAG_BOOST": "0"})
+    assert rc == 1, stderr
     gate = json.loads(stdout)["gate"]
     assert gate["status"] == "fail" and gate["failed_required"] == ["budget"], gate

@@ -66,7 +66,7 @@ def process_start() -> float:
 
 
 def arm(argv: list[str]) -> None:
-    """``vllmdiag triage ...`` or ``vllmdiag collect ...`` (argv without the program): the timer, at the
+    """``vllmdiag triage|collect|gate ...`` (argv without the program): the timer, at the
     process start + the budget (+ ``--rates``) + LAST_WORD_S. A command line it cannot read plainly arms
     nothing: the CLI will reject or read it, with its own checks."""
     if _signal is None or not argv or argv[0] not in COMMANDS or {"-h", "--help"} & set(argv):
@@ -80,7 +80,7 @@ def arm(argv: list[str]) -> None:
     if not 0 <= rates <= 3600:
         return
     origin = process_start()
-    early = min(LAST_WORD_S, EARLY_S + STARVED_FACTOR * (time.monotonic() - origin))
+    early = _early(origin)
     to_file = any(a == "--out" or a.startswith("--out=") for a in argv)
     _state.update(armed=True, json="--json" in argv, budget=budget + rates, origin=origin, early=early,
                   command=argv[0], snapshot=argv[0] == "collect" and ("--json" in argv or not to_file))
@@ -95,10 +95,15 @@ def arm_gate(budget: float, json_out: bool) -> None:
         return
     if not _state["armed"]:
         origin = process_start()
-        _state.update(origin=origin, early=min(LAST_WORD_S, EARLY_S + STARVED_FACTOR * (time.monotonic() - origin)))
+        _state.update(origin=origin, early=_early(origin))
     _state.update(armed=True, json=json_out, budget=budget, command="gate", snapshot=False)
     _signal.signal(_signal.SIGALRM, _fire)
     _set(_state["origin"] + budget + LAST_WORD_S - _state["early"])
+
+
+def _early(origin: float) -> float:
+    """How much before its due time the timer fires: more the slower the interpreter's own start was."""
+    return min(LAST_WORD_S, EARLY_S + STARVED_FACTOR * (time.monotonic() - origin))
 
 
 def postpone(at: float) -> None:
@@ -192,8 +197,13 @@ def _gate_line(why: str, fix: str, took: float) -> str:
             '"snapshot":null}\n')
 
 
+def _plain(text: str, keep: str = "._-") -> str:
+    """Only characters that need no escaping in JSON nor a terminal (a host name, a version)."""
+    return "".join(c if c.isalnum() or c in keep else "?" for c in text)
+
+
 def _node() -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "?" for c in os.uname().nodename[:253]) or "unknown"
+    return _plain(os.uname().nodename[:253]) or "unknown"
 
 
 def _snapshot_line(why: str, took: float) -> str:
@@ -203,7 +213,7 @@ def _snapshot_line(why: str, took: float) -> str:
     from vllmdiag import __version__  # the package is loaded: this module is part of it
 
     node = _node()
-    version = "".join(c if c.isalnum() or c in "._+-" else "?" for c in str(__version__)[:64])
+    version = _plain(str(__version__)[:64], "._+-")
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     budget = _state["budget"]
     return (f'{{"schema_version":1,"node":"{node}","collected_at":"{at}","vllmdiag_version":"{version}",'

@@ -96,13 +96,11 @@ def _apply(on: bool, by_flag: bool) -> dict[str, Any]:
     if runtime is None or runtime < 0:
         why = ("kernel RT throttling is off (sched_rt_runtime_us=-1): SCHED_FIFO could starve the node"
                if runtime is not None else "cannot read sched_rt_runtime_us: RT throttling unknown")
-    elif (os.cpu_count() or 1) < 2 or len(os.sched_getaffinity(0)) < 2:
+    elif _one_core():
         why = "a single usable core: SCHED_FIFO not taken there"
     else:
         try:
-            # A thread that would spin at RT priority without ever blocking is killed by the kernel.
-            limit = int(RTTIME_S * 1e6)
-            resource.setrlimit(resource.RLIMIT_RTTIME, (limit, limit))
+            _limit_rt_time()
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
             return {"policy": "SCHED_FIFO", "priority": FIFO_PRIORITY, "rt_runtime_us": runtime,
                     "rttime_limit_s": RTTIME_S}
@@ -122,16 +120,25 @@ def _launched() -> dict[str, Any]:
     RT throttling): the rest of the rules here, the RT-time limit and one usable core (then back to normal)."""
     runtime = _read_int(RT_RUNTIME)
     try:
-        if (os.cpu_count() or 1) < 2 or len(os.sched_getaffinity(0)) < 2:
+        if _one_core():
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
             return {"policy": "SCHED_OTHER", "why": "a single usable core: the launcher's SCHED_FIFO given back"}
-        limit = int(RTTIME_S * 1e6)
-        resource.setrlimit(resource.RLIMIT_RTTIME, (limit, limit))
+        _limit_rt_time()
     except (PermissionError, OSError, ValueError) as exc:  # the limit refused: no RT without it
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         return {"policy": "SCHED_OTHER", "why": f"RLIMIT_RTTIME refused ({type(exc).__name__}: {exc}): SCHED_FIFO given back"}
     return {"policy": _policy_name(), "priority": os.sched_getparam(0).sched_priority, "rt_runtime_us": runtime,
             "rttime_limit_s": RTTIME_S, "by": "the vllmdiag launcher, from exec (the interpreter's start included)"}
+
+
+def _one_core() -> bool:
+    return (os.cpu_count() or 1) < 2 or len(os.sched_getaffinity(0)) < 2
+
+
+def _limit_rt_time() -> None:
+    """A thread that would spin at RT priority without ever blocking is killed by the kernel."""
+    limit = int(RTTIME_S * 1e6)
+    resource.setrlimit(resource.RLIMIT_RTTIME, (limit, limit))
 
 
 def _policy_name() -> str:
