@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
+from vllmdiag import lastword
 from vllmdiag.cli.shared import arg as _arg
 from vllmdiag.cli.shared import opt as _opt
 from vllmdiag.errors import BadInput
@@ -58,7 +58,7 @@ def sweep_command(
     verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
 ) -> int:
     """Diagnose every node of a fleet at once: one verdict, nodes folded into classes, sick nodes listed."""
-    started = _process_start()  # --sweep-timeout covers everything from the command's start to the verdict
+    started = lastword.process_start()  # --sweep-timeout covers everything from the command's start to the verdict
     from vllmdiag.registry import opt_in
     from vllmdiag.sweep.fanout import SweepPlan, fit_confirm
     from vllmdiag.sweep.inventory import load_inventory
@@ -125,19 +125,6 @@ def _without(names: list[str], excluded: list[str]) -> list[str]:
     if not kept:
         raise BadInput("-x excludes every node given: nothing to sweep")
     return kept
-
-
-def _process_start() -> float:
-    """When this process started, on the time.monotonic() clock (interpreter start and imports count)."""
-    try:
-        with open("/proc/self/stat", "rb") as fh:
-            ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])
-        with open("/proc/uptime", "rb") as fh:
-            uptime = float(fh.read().split()[0])
-        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        age = 0.0
-    return time.monotonic() - max(0.0, min(age, 60.0))
 
 
 def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool) -> int:
