@@ -90,8 +90,8 @@ NO_WINDOW = ("import sys; import vllmdiag.probes.http as h, vllmdiag.probes.ring
              "r.INTERVAL_S = 0.02; sys.argv[0] = 'vllmdiag'; from vllmdiag.__main__ import main; main()")
 
 
-def rounds(pids: list[int], root: int, pyspy: str, runs: int, budget: float, hogs: int, expect: str
-           ) -> dict[str, object]:
+def rounds(pids: list[int], root: int, pyspy: str, runs: int, budget: float, hogs: int, expect: str,
+           floor: bool = False) -> dict[str, object]:
     cli = [*command(), "triage", "--json", "--budget", str(budget), "--pid", str(root)]
     procs = cpu_hog.start(hogs, 3600) if hogs else []
     seq: list[float] = []
@@ -107,7 +107,7 @@ def rounds(pids: list[int], root: int, pyspy: str, runs: int, budget: float, hog
                  lambda: plain.append(_triage(cli + ["--no-boost"]))]
         if chrt:
             steps.append(lambda: under_chrt.append(_triage(chrt + cli)))
-        if not hogs:  # started under chrt as the sh half starts the command (python -c has no sh half)
+        if floor:  # started under chrt as the sh half starts the command (python -c has no sh half)
             steps.append(lambda: no_window.append(_triage([*chrt, PYTHON, "-c", NO_WINDOW, *cli[len(command()):]])))
         for i in range(runs):  # alternated: each round runs all of them under the same load, the order rotating
             for step in steps[i % len(steps):] + steps[:i % len(steps)]:
@@ -151,7 +151,7 @@ def real(args: argparse.Namespace, pyspy: str) -> list[dict[str, object]]:
         try:
             procs = srv.processes()
             pids = [pid for title, pid in procs.items() if title != "resource_tracker"]
-            out.append({**rounds(pids, srv.sid or pids[0], pyspy, args.runs, args.budget, 0, args.expect),
+            out.append({**rounds(pids, srv.sid or pids[0], pyspy, args.runs, args.budget, 0, args.expect, floor=True),
                         "case": "real vllm serve, no clients"})
             with srv.load(clients=args.clients, seconds=900) as done:
                 # Past the warm-up: the first requests run inductor's one-time C++ compiles (a load unlike
@@ -242,7 +242,7 @@ def main() -> int:
         with Deployment.up(tp=args.tp, fault=args.fault) as dep:
             pids = [p["pid"] for p in dep.processes if p["role"] in ("api_server", "engine_core", "worker")]
             for n in (0, hogs):
-                out.append(rounds(pids, dep.root_pid, pyspy, args.runs, args.budget, n, args.expect))
+                out.append(rounds(pids, dep.root_pid, pyspy, args.runs, args.budget, n, args.expect, floor=not n))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / ("contention-real-hangs.json" if args.real_hangs else "contention-real.json" if args.real
                 else "contention.json")).write_text(json.dumps(out, indent=2) + "\n")
