@@ -42,7 +42,7 @@ def _assert_fits_80(text: str) -> None:
 def _pids_shown(text: str) -> set[int]:
     """Every pid the text names: a folded group lists its pids or, when they run consecutively in rank
     order, spans them (`pids 8402-8409`: a fresh machine forks the workers back to back, as CI's did)."""
-    flat = re.sub(r"\s+", " ", text)
+    flat = re.sub(r"[\s│├└─]+", " ", text)  # a wrapped line goes on after the tree's guides
     out = {int(p) for p in re.findall(r"\bpid (\d+)", flat)}
     for group in re.findall(r"\bpids ([\d,\- ]+)", flat):
         for part in group.replace(" ", "").split(","):
