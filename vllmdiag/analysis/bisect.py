@@ -11,7 +11,7 @@ from vllmdiag.analysis.report_model import deployment_reports
 from vllmdiag.analysis.views.deployments import Deployment, find_deployments
 from vllmdiag.model import LAYERS, DeploymentReport, Finding, Report, Snapshot, SnapshotError, Verdict
 
-STATUS_RANK = {"healthy": 0, "no-deployment": 1, "inconclusive": 2, "degraded": 3, "blocked": 4}
+STATUS_RANK = {"healthy": 0, "no-deployment": 1, "starting": 2, "inconclusive": 3, "degraded": 4, "blocked": 5}
 # Probes without which a "healthy" answer would be a guess.
 ESSENTIAL_PROBES = ("processes", "stacks")
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from vllmdiag.model import _check as c
 
-VERDICT_STATUSES = ("healthy", "blocked", "degraded", "no-deployment", "inconclusive")
+# "starting": the engine has not reported ready and its start-up was seen moving (DESIGN.md, output contract).
+VERDICT_STATUSES = ("healthy", "starting", "blocked", "degraded", "no-deployment", "inconclusive")
 LAYERS = ("process", "handshake", "queue", "gpu", "client")
 SEVERITIES = ("info", "warning", "critical")
 CONFIDENCES = ("high", "medium", "low")

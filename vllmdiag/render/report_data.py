@@ -13,7 +13,7 @@ from typing import Any
 
 LAYERS = ("process", "handshake", "queue", "gpu", "client")
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-STATUS_ORDER = {"blocked": 0, "degraded": 1, "inconclusive": 2, "no-deployment": 3, "healthy": 4}
+STATUS_ORDER = {"blocked": 0, "degraded": 1, "inconclusive": 2, "starting": 3, "no-deployment": 4, "healthy": 5}
 
 
 @dataclass

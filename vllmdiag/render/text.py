@@ -13,7 +13,7 @@ from vllmdiag.render.report_data import vllm_label
 from vllmdiag.render.safe import clean
 
 STATUS_STYLE = {"healthy": "bold green", "blocked": "bold red", "degraded": "bold yellow",
-                "no-deployment": "bold blue", "inconclusive": "bold magenta"}
+                "no-deployment": "bold blue", "inconclusive": "bold magenta", "starting": "bold cyan"}
 SEVERITY_STYLE = {"critical": "red", "warning": "yellow", "info": "dim"}
 VIEWS = ("process", "handshake", "queue", "gpu", "client", "fleet")
 STATE_STYLE = {"Z": "bold red", "T": "bold red", "t": "bold red", "D": "bold yellow", "R": "green", "S": ""}

@@ -154,7 +154,7 @@ def fold_index(views: list[NodeView]) -> tuple[list[NodeClass], dict[tuple[Any, 
     return [c for _, c in ranked], index
 
 
-GRID_ORDER = ("blocked", "degraded", "unreachable", "timeout", "error", "inconclusive", "no-deployment", "healthy")
+GRID_ORDER = ("blocked", "degraded", "unreachable", "timeout", "error", "inconclusive", "starting", "no-deployment", "healthy")
 
 
 def node_why(view: NodeView) -> str:
