@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.render import report_data as rd
+from vllmdiag.render.culprits import limited
 from vllmdiag.render.html_css import CSS
 from vllmdiag.render.html_layers import h, h_lines, layer_sections, tag
 from vllmdiag.render.html_timeline import strip_and_timeline
@@ -62,10 +63,9 @@ def culprits(v: dict[str, Any]) -> str:
     rows = v.get("culprits") or []
     if not rows:
         return ""
-    items = "".join(f"<li><span class='mono culprit'>{h(c.get('title') or c.get('role'))}</span> on {h(c.get('node'))}, "
-                    f"pid {h(c.get('pid') if c.get('pid') is not None else '-')}"
-                    + (f", rank {h(c['rank'])}" if c.get("rank") is not None else "")
-                    + f": {h(c.get('reason'))}</li>" for c in rows[:8])
+    lines, more = limited(rows, 12)  # alike workers folded; the rest named, never dropped (issue 35 item 2)
+    items = "".join(f"<li><span class='mono culprit'>{h(c.title)}</span> on {h(c.node)}, {h(c.where)}: {h(c.reason)}</li>"
+                    for c in lines) + (f"<li>{h(more)}</li>" if more else "")
     return f"<p><b>Culprit{'s' if len(rows) > 1 else ''}</b></p><ul class='culprits'>{items}</ul>"
 
 

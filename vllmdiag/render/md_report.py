@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from vllmdiag.render import report_data as rd
+from vllmdiag.render.culprits import limited as culprit_lines
 from vllmdiag.render.safe import clean, md_escape
 
 
@@ -51,11 +52,10 @@ def _culprits(v: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     out = ["## Culprits", ""]
-    for c in rows[:8]:
-        where = f"pid {c['pid']}" if c.get("pid") is not None else "no pid"
-        rank = f", rank {c['rank']}" if c.get("rank") is not None else ""
-        out.append(f"- **{md(c.get('title') or c.get('role'))}** on {md(c.get('node'))}, {where}{rank}: {md(c.get('reason'))}")
-    return out + [""]
+    lines, more = culprit_lines(rows, 12)  # alike workers folded; the rest named, never dropped (issue 35 item 2)
+    for c in lines:
+        out.append(f"- **{md(c.title)}** on {md(c.node)}, {c.where}: {md(c.reason)}")
+    return out + ([f"- {md(more)}"] if more else []) + [""]
 
 
 def _meta(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -> list[str]:

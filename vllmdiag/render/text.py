@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.model import Report, Verdict
+from vllmdiag.render.culprits import limited as culprit_lines
 from vllmdiag.render.report_data import vllm_label
 from vllmdiag.render.safe import clean
 
@@ -18,6 +19,7 @@ SEVERITY_STYLE = {"critical": "red", "warning": "yellow", "info": "dim"}
 VIEWS = ("process", "handshake", "queue", "gpu", "client", "fleet")
 STATE_STYLE = {"Z": "bold red", "T": "bold red", "t": "bold red", "D": "bold yellow", "R": "green", "S": ""}
 CULPRIT_STYLE = "bold white on red"
+CULPRIT_LINES = 6  # folded lines in the verdict box; the rest are named in one "and N more" line
 # Set by the CLI's -v/--verbose: every row of every section (the default folds what is fine).
 VERBOSE = False
 
@@ -45,8 +47,11 @@ def plain_verdict(v: Verdict) -> Any:
     from rich.text import Text
 
     body = Text(f"{str(v.status).upper()}  layer: {v.layer}\n{v.summary}\n", style="bold")
-    for c in _seq(v.culprits)[:4]:
-        body.append(f"\nculprit: {' '.join(str(getattr(c, k, '')) for k in ('title', 'node', 'pid', 'rank', 'reason'))}")
+    lines, more = culprit_lines(_seq(v.culprits), CULPRIT_LINES)
+    for c in lines:
+        body.append(f"\nculprit: {c.title} on {c.node}, {c.where}: {c.reason}")
+    if more:
+        body.append(f"\nculprits {more}")
     for e in _seq(v.evidence)[:8]:
         body.append(f"\n  - {e}")
     for step in _seq(v.next_steps):
@@ -80,16 +85,19 @@ def verdict_panel(v: Verdict) -> Any:
     if v.confidence != "high":
         body.append(f"  (confidence {v.confidence})", style="dim")
     body.append("\n" + v.summary + "\n")
-    for c in v.culprits[:4]:
-        # The summary already says why; the culprit line says who, exactly (node, pid, rank).
-        pid = f"pid {c.pid}" if c.pid is not None else "no pid"
-        rank = f", rank {c.rank}" if c.rank is not None else ""
+    lines, more = culprit_lines(v.culprits, CULPRIT_LINES)
+    for c in lines:
+        # The summary already says why; the culprit line says who, exactly (node, pid, rank). Workers
+        # blamed alike are one line (`VLLM::Worker_TP[0-7]`, every pid): none is dropped (issue 35 item 2).
         body.append("\nculprit: ", style="bold")
-        body.append(f" {c.title or c.role} ", style=CULPRIT_STYLE)
-        body.append(f" on {c.node}, {pid}{rank}")
-        if not (_said(c.reason, v.summary) or (c.title and c.title in v.summary)
-                or (c.pid is not None and f"pid {c.pid}" in v.summary)):
+        body.append(f" {c.title} ", style=CULPRIT_STYLE)
+        body.append(f" on {c.node}, {c.where}")
+        if not (_said(c.reason, v.summary) or c.title in v.summary
+                or (len(c.pids) == 1 and f"pid {c.pids[0]}" in v.summary)):
             body.append(f": {c.reason}")
+    if more:
+        body.append("\nculprits ", style="bold")
+        body.append(more)
     evidence = [e for e in v.evidence if not _said(e, v.summary)]
     if evidence:
         body.append("\n\nevidence:", style="bold")

@@ -28,7 +28,8 @@ from vllmdiag.analysis.views.progress import (
     stall_seen,
 )
 from vllmdiag.analysis.views.rank_compare import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
-from vllmdiag.analysis.views.stack_match import StackClass
+from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
+from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.stack_classes import (
     COLLECTIVE,
@@ -87,6 +88,11 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
         _engine_shape(snap, dep, seen, gpus)
     if held and shapes:
         return [_with_progress(f, p) for f in shapes]
+    odd = _confident_odd_one_out(snap, dep)
+    if odd:  # a confident block names the group: a "suspected, watch longer" beside it would be a second answer
+        return [_with_progress(finding("gpu.progress", LAYER, "warning", snap, dep, _observed(dep, p, seen), [],
+                                       {"needs_confirm": False, "observed": _observed(dep, p, seen),
+                                        "blocked_by": odd}, []), p)]
     why = (f"a long phase is under way ({', '.join(long)}): a cold compile or warm-up can take minutes" if long else
            f"watched only {p.window_s:.1f} s (a stall is called a block after {HELD_S:.0f} s; triage --confirm S)"
            if p.window_s < HELD_S else "some ranks run on other nodes of the Ray cluster: the odd one out may be "
@@ -102,6 +108,22 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
                                                                       "shape": [f.code for f in odd_init + shapes],
                                                                       "observed": _observed(dep, p, seen)},
                                    blame), p)]
+
+
+def _confident_odd_one_out(snap: Snapshot, dep: Deployment) -> str:
+    """The group whose odd rank out (and a waiting peer) held over the stack resample: gpu.rank_straggler
+    (layers/gpu/ranks.py, the same comparison and the same rule) calls that a block with high confidence,
+    so this layer states what it saw, not a suspicion whose playbook says "watch longer" (issue 35 item 4).
+    "" when no group's picture held."""
+    classes, again = classify_snapshot(snap), resampled_classes(snap)
+    for members in tp_groups(dep.processes).values():
+        cmp = compare_group(members, classes, dep.configured.get("tp"))
+        if cmp is None or not cmp.waiting:
+            continue
+        waiter = members[cmp.waiting[0]]["pid"]
+        if held(waiter, classes.get(waiter), again) and all(o.pid is None or held(o.pid, o.cls, again) for o in cmp.odd):
+            return fold([rank_name(members[r]) for r in sorted(members)])
+    return ""
 
 
 def _observed(dep: Deployment, p: Progress, seen: Seen) -> str:
