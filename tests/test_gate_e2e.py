@@ -78,15 +78,20 @@ def test_leaked_psm_segment_fails_shm_leaks(tmp_path: Path) -> None:
     shm.mkdir()
     leaked = shm / "psm_0badc0de"
     leaked.write_bytes(b"\0" * 8192)
+    os.truncate(leaked, 167772190)  # the real TP=2 rpc ring's size (16 MiB x 10, 2 readers), sparse
+    foreign = shm / "psm_0000f00d"  # a psm_ of no ring's size: some other program's SharedMemory
+    foreign.write_bytes(b"\0" * 8192)
     old = time.time() - 3600
     os.utime(leaked, (old, old))
+    os.utime(foreign, (old, old))
     try:
         node = run_gate(GateConfig(ports=()), ctx=Context(dev_shm=shm))
         res = {c.name: c for c in node.checks}["shm_leaks"]
         assert res.status == "fail" and res.required and node.exit_code == 1
-        assert str(leaked) in [s["path"] for s in res.numbers["segments"]] and "psm_0badc0de" in res.reason
+        assert [s["path"] for s in res.numbers["segments"]] == [str(leaked)] and "psm_0badc0de" in res.reason
     finally:
         leaked.unlink()
+        foreign.unlink()
     node = run_gate(GateConfig(ports=()), ctx=Context(dev_shm=shm))
     res = {c.name: c for c in node.checks}["shm_leaks"]
     assert str(leaked) not in [s["path"] for s in res.numbers["segments"]]

@@ -19,9 +19,9 @@ from vllmdiag.gate.config import GateConfig
 from vllmdiag.gate.result import CheckResult, result
 from vllmdiag.gate.shm_sizing import human_bytes, ring_bytes
 from vllmdiag.model import Snapshot
+from vllmdiag.shm_names import by_kind, leftovers
 
 Check = Callable[[Snapshot, GateConfig], CheckResult]
-LEAKABLE = ("psm", "nccl", "vllm_offload", "vllm_mm", "vllm_ec")
 
 
 def check_shm_capacity(snap: Snapshot, cfg: GateConfig) -> CheckResult:
@@ -59,20 +59,20 @@ def check_shm_leaks(snap: Snapshot, cfg: GateConfig) -> CheckResult:
     problem = probe_problem(snap, "shm")
     if problem:
         return result(name, "skip", problem)
-    leaked = [s for s in snap.data("shm").get("segments", [])
-              if s.get("kind") in LEAKABLE and not s.get("mapped_by") and not s.get("mapped_by_other")
-              and float(s.get("age_s") or 0) >= cfg.shm_leak_min_age_s]
+    # The same list as triage's queue.shm_leaked (vllmdiag/shm_names.py): one node, one answer (issue 33).
+    leaked = leftovers(snap.data("shm").get("segments", []), cfg.shm_leak_min_age_s)
     total = sum(int(s.get("size_bytes") or 0) for s in leaked)
     allocated = sum(int(s.get("allocated_bytes") or 0) for s in leaked)
     numbers = {"leaked": len(leaked), "size_bytes": total, "allocated_bytes": allocated,
-               "segments": [{k: s.get(k) for k in ("path", "kind", "size_bytes", "allocated_bytes", "age_s")}
+               "segments": [{k: s.get(k) for k in ("name", "path", "kind", "what", "size_bytes", "allocated_bytes", "age_s")}
                             for s in leaked[:50]]}
     if not leaked:
-        return result(name, "pass", "no unmapped psm_/nccl-/vllm_* segments in /dev/shm", **numbers)
+        return result(name, "pass", "no unmapped vLLM rings, CPU all-reduce buffers, nccl-/vllm_* segments or "
+                      "multiprocessing semaphores in /dev/shm", **numbers)
     names = ", ".join(s.get("name") or s.get("path", "?") for s in leaked[:5]) + (" ..." if len(leaked) > 5 else "")
     return result(name, "fail", f"{len(leaked)} segment(s) mapped by no process hold {human_bytes(allocated)} "
-                  f"({human_bytes(total)} apparent): {names}; leftovers of a killed run (llm-d #352, vllm #51579); "
-                  "remove them once no vLLM runs", **numbers)
+                  f"({human_bytes(total)} apparent; {by_kind(leaked)}): {names}; leftovers of a killed run "
+                  "(llm-d #352, vllm #51579); remove them once no vLLM runs", **numbers)
 
 
 def check_stale_sockets(snap: Snapshot, cfg: GateConfig) -> CheckResult:

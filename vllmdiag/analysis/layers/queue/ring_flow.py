@@ -15,19 +15,16 @@ from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.ring_roles import MiB, RingRole, ring_roles
 from vllmdiag.model import Culprit, Finding, Snapshot
-from vllmdiag.shm_names import classify_name
+from vllmdiag.shm_names import by_kind, leftovers, segment_kind
 
 LAYER = "queue"
 CODES = ("queue.ring_full", "queue.reader_lagging", "queue.response_unread", "queue.readers_all_behind",
          "queue.shm_leaked", "queue.shm_low", "queue.shm_nearly_full", "queue.shm_entries_skipped")
 ORDER = 0  # the old module order within the layer: verdicts read as before
-# No age threshold: a creator maps its segment microseconds after creating it, and a ring being torn
-# down is told apart by the rings probe (`unlinked` while it was sampled).
-LEAK_MIN_AGE_S = 0.0
 NEARLY_FULL_FRACTION = 0.1
-# vLLM's own kinds that a killed run leaves behind (vllm_cpushm: the CPU platform's all-reduce buffers).
-LEFTOVER_KINDS = ("vllm_offload", "vllm_ec", "vllm_mm", "nccl", "vllm_cpushm")
-KIND_NAMES = {"vllm_cpushm": "vLLM CPU all-reduce buffer", "vllm_offload": "vLLM KV offload region", "nccl": "NCCL buffer"}
+# What a killed run leaves behind is one list for every command: vllmdiag/shm_names.py (issue 33). No age
+# threshold here: a creator maps its segment microseconds after creating it, and a ring being torn down is
+# told apart by the rings probe (`unlinked` while it was sampled).
 
 
 def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
@@ -148,24 +145,18 @@ def _label(p: dict[str, Any] | None) -> str:
 # ---- /dev/shm health -----------------------------------------------------------------------------------
 def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingRole]) -> list[Finding]:
     shm = snap.data("shm")
-    ring_names = {r.name for r in roles if not r.ring.get("unlinked")}
     out = []
-    leaked = [{**s, "kind": segment_kind(s)} for s in shm.get("segments", [])
-              if not s.get("mapped_by") and not s.get("mapped_by_other")
-              and float(s.get("age_s") or 0) >= LEAK_MIN_AGE_S
-              # 0 bytes holds nothing, and is what a creator has between shm_open and ftruncate (a
-              # run starting beside ours): never a leak.
-              and int(s.get("size_bytes") or 0) > 0
-              and (segment_kind(s) in LEFTOVER_KINDS or (s.get("kind") == "psm" and s.get("name") in ring_names))]
+    # The same list as the gate's shm_leaks check; a ring the rings probe saw unlinked is being torn down.
+    leaked = leftovers(shm.get("segments", []), torn_down={r.name for r in roles if r.ring.get("unlinked")})
     if leaked:
-        leaked.sort(key=lambda s: -int(s.get("allocated_bytes") or 0))
         held = sum(int(s.get("allocated_bytes") or 0) for s in leaked)
         names = ", ".join(str(s["name"]) for s in leaked[:6]) + (" ..." if len(leaked) > 6 else "")
-        evidence = {"segments": [{k: s.get(k) for k in ("name", "path", "kind", "size_bytes", "allocated_bytes", "age_s")}
+        evidence = {"segments": [{k: s.get(k) for k in ("name", "path", "kind", "what", "size_bytes", "allocated_bytes",
+                                                         "age_s")}
                                  for s in leaked[:32]], "count": len(leaked), "allocated_bytes": held,
                     "dir": str(leaked[0].get("path", "/dev/shm/x")).rsplit("/", 1)[0]}
         culprits = [Culprit(snap.node, None, "shm_segment", None, str(s["name"]),
-                            f"{KIND_NAMES[s['kind']] + ', ' if s['kind'] in KIND_NAMES else ''}"
+                            f"{s['what']}, "
                             f"mapped by no process, {int(s.get('allocated_bytes') or 0) / MiB:.1f} MiB held, "
                             f"{float(s.get('age_s') or 0):.0f} s old") for s in leaked[:4]]
         # "Mapped by no process" holds only if every process's maps could be read (issue 15, item 4).
@@ -175,7 +166,8 @@ def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingR
                       "so some of these may still be in use.") if unseen else ""
         out.append(finding("queue.shm_leaked", LAYER, "info" if unseen else "warning", snap, None,
                            f"{len(leaked)} /dev/shm segment(s) mapped by no process (leaked by a killed run) hold "
-                           f"{held / MiB:.1f} MiB: {names}.{blind_note}", [], evidence, culprits if not unseen else []))
+                           f"{held / MiB:.1f} MiB ({by_kind(leaked)}): {names}.{blind_note}", [], evidence,
+                           culprits if not unseen else []))
     out += _skipped(snap)
     for root in shm.get("roots", []):
         usage = root.get("usage") or {}
@@ -186,12 +178,6 @@ def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingR
                                [], {"dir": root.get("dir"), "size_bytes": size, "free_bytes": free}, []))
         out += _shm_low(snap, deployments, roles, root, free)
     return out
-
-
-def segment_kind(seg: dict[str, Any]) -> str:
-    """The probe's kind, or the name's for snapshots written before the kind was known ("other")."""
-    kind = str(seg.get("kind") or "other")
-    return classify_name(str(seg.get("name") or "")) if kind == "other" else kind
 
 
 def deployment_buffers(snap: Snapshot, dep: Deployment) -> list[dict[str, Any]]:
