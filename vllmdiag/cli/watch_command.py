@@ -35,6 +35,10 @@ def watch_command(
     budget: Annotated[float, _opt("--budget", help="collection seconds of the triage a stall opens")] = 8.0,
     node: Annotated[str | None, _opt("--node", help="node name in logs, files and metrics (default: hostname)")] = None,
     select: Annotated[list[str] | None, _opt("--select", help="only deployments whose root has env KEY=VALUE")] = None,
+    gone_grace: Annotated[float, _opt("--gone-grace", help="/livez fails once no watched deployment has been seen "
+                                      "this many seconds (a restart in progress is not a hang)")] = 300.0,
+    textfile: Annotated[Path | None, _opt("--textfile", help="after each pass write the metrics for node_exporter: "
+                                          "DIR (its textfile directory) or FILE.prom")] = None,
     max_passes: Annotated[int | None, _opt("--max-passes", help="stop after this many passes", hidden=True)] = None,
 ) -> int:
     """Watch this node: cheap signals every --interval; on a stall, one full triage saved to --out."""
@@ -57,6 +61,12 @@ def watch_command(
         raise BadInput("--report-format must be html or md")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise BadInput("--metrics-port must be between 0 and 65535")
+    if not 0 <= gone_grace <= 86400:
+        raise BadInput("--gone-grace must be between 0 and 86400 seconds")
+    if textfile is not None:
+        from vllmdiag.watch.textfile import textfile_path
+
+        textfile = textfile_path(textfile, "--textfile")
     if _under(out, Path("/dev/shm")):
         # vLLM's rings live in this tmpfs and fail when it fills: the watcher never writes there.
         raise BadInput(f"--out {out}: not under /dev/shm (the target's shared memory); use a disk directory")
@@ -65,7 +75,7 @@ def watch_command(
                       on_stall=hooks.parse_command(on_stall) if on_stall is not None else None,
                       webhook=hooks.check_url(webhook) if webhook is not None else None,
                       webhook_timeout_s=webhook_timeout, budget_s=budget, node=node, max_passes=max_passes,
-                      select=parse_select(select or []))
+                      select=parse_select(select or []), gone_grace_s=gone_grace, textfile=textfile)
     return run(cfg, metrics_port, metrics_addr)
 
 
@@ -80,12 +90,13 @@ def run(cfg: Any, metrics_port: int | None, metrics_addr: str) -> int:
     exporter = None
     if metrics_port is not None:
         try:
-            exporter = Exporter(metrics_addr, metrics_port, watcher.samples, note=watcher._note)
+            exporter = Exporter(metrics_addr, metrics_port, watcher.samples, note=watcher._note,
+                                routes=watcher.routes())
         except OSError as exc:
             raise BadInput(f"--metrics-port {metrics_port} on {metrics_addr}: {exc.strerror or exc}") from None
         exporter.start()
         host, port = exporter.address
-        watcher._note(f"metrics on http://{host}:{port}/metrics")
+        watcher._note(f"metrics on http://{host}:{port}/metrics (probes: /livez, /readyz)")
     old = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         return watcher.run()

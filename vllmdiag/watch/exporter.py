@@ -11,6 +11,7 @@ import selectors
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,6 +36,9 @@ HELP = {
     "vllmdiag_watch_stuck_threads": ("gauge", "probe threads stuck in the kernel (passes then run in a killable child)"),
 }
 Sample = tuple[str, dict[str, str], float]
+# /livez and /readyz (vllmdiag.watch.health): deployment id or None -> (HTTP status, one line)
+Route = Callable[[str | None], tuple[int, str]]
+MAX_DEPLOYMENT = 200  # a deployment id is "<node>:<pid>"
 
 
 def escape(value: str) -> str:
@@ -77,8 +81,9 @@ class Exporter:
 
     def __init__(self, addr: str, port: int, collect: Callable[[], list[Sample]], *,
                  note: Callable[[str], None] | None = None, max_clients: int = MAX_CLIENTS,
-                 deadline_s: float = DEADLINE_S) -> None:
+                 deadline_s: float = DEADLINE_S, routes: dict[str, Route] | None = None) -> None:
         self.collect, self.note = collect, note
+        self.routes = dict(routes or {})
         self.max_clients, self.deadline_s = max_clients, deadline_s
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM)
@@ -193,15 +198,37 @@ class Exporter:
     def _answer(self, request: bytes) -> bytes:
         line = request.split(b"\n", 1)[0].split()
         if len(line) < 2 or line[0] not in (b"GET", b"HEAD"):
-            return _response(405, b"only GET /metrics\n", "text/plain")
-        if line[1].split(b"?")[0] != b"/metrics":
-            return _response(404, b"not found: try /metrics\n", "text/plain")
+            return _response(405, b"only GET and HEAD\n", "text/plain")
+        path, _, query = line[1].partition(b"?")
+        head = line[0] == b"HEAD"
+        route = self.routes.get(path.decode("ascii", "replace"))
+        if route is not None:
+            return self._probe(route, query, head)
+        if path != b"/metrics":
+            known = ", ".join(["/metrics", *sorted(self.routes)])
+            return _response(404, f"not found: try {known}\n".encode(), "text/plain")
         try:
             body = render(self.collect()).encode()
         except Exception as exc:  # noqa: BLE001 - a scrape must not end the exporter
             self._count(f"collect failed ({type(exc).__name__})")
             return _response(500, b"the watcher's metrics could not be read\n", "text/plain")
         return _response(200, body, CONTENT_TYPE, head_only=line[0] == b"HEAD")
+
+    def _probe(self, route: Route, query: bytes, head: bool) -> bytes:
+        """/livez, /readyz: one line, text/plain; ``?deployment=ID`` picks one deployment."""
+        try:
+            fields = urllib.parse.parse_qs(query.decode("ascii"), max_num_fields=4, strict_parsing=bool(query))
+            wanted = fields.get("deployment", [None])[-1]
+            if wanted is not None and (len(wanted) > MAX_DEPLOYMENT or not wanted.isprintable()):
+                raise ValueError("deployment")
+        except (ValueError, UnicodeError):
+            return _response(400, b"bad query: use ?deployment=<node>:<root pid>\n", "text/plain", head_only=head)
+        try:
+            code, text = route(wanted)
+        except Exception as exc:  # noqa: BLE001 - a probe must not end the exporter
+            self._count(f"probe failed ({type(exc).__name__})")
+            return _response(500, b"the watcher's state could not be read\n", "text/plain", head_only=head)
+        return _response(code, text.encode("utf-8", "replace") + b"\n", "text/plain; charset=utf-8", head_only=head)
 
     def _drop(self, sel: selectors.BaseSelector, conns: dict[socket.socket, _Conn], c: _Conn, why: str) -> None:
         self._count(why)
@@ -244,7 +271,8 @@ class _Conn:
 
 
 def _response(code: int, body: bytes, ctype: str, *, head_only: bool = False) -> bytes:
-    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large",
+    reason = {200: "OK", 400: "Bad Request", 503: "Service Unavailable",
+              404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large",
               500: "Internal Server Error"}[code]
     head = (f"HTTP/1.1 {code} {reason}\r\nServer: vllmdiag-watch\r\nContent-Type: {ctype}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("ascii")

@@ -14,7 +14,8 @@ from vllmdiag.analysis.views.progress import Progress, is_stalled
 
 # unknown: the pass could not read what would show it moving (fds, maps, rings: issue 25 item 3);
 # never idle, never healthy, and no triage is opened on it (it would be as blind).
-STATES = ("idle", "running", "suspect", "stalled", "unknown")
+# paused: a triage found the engine paused by vLLM's fault tolerance (alive, waiting for an instruction).
+STATES = ("idle", "running", "suspect", "stalled", "unknown", "paused")
 
 
 @dataclass
@@ -30,6 +31,18 @@ class Tracked:
     cleared: bool = False
     verdict: dict[str, Any] = field(default_factory=dict)  # the last triage's deployment verdict
     blind: str = ""  # while unknown: what the pass could not read, and the fix
+    # What /readyz and /livez read (vllmdiag.watch.health): the API server answered /metrics in the
+    # last pass (listening and serving), it was seen moving or idle at least once since it appeared,
+    # the engine is paused by vLLM's fault tolerance (not a hang), and a stall's confirmation and
+    # evidence times (monotonic) with the wall time it stopped moving.
+    api_up: bool = False
+    seen_ok: bool = False
+    paused: bool = False
+    confirmed_at: float | None = None
+    saved_at: float | None = None
+    stalled_wall: float = 0.0
+    evidence: str = ""
+    changed_at: float = 0.0  # monotonic time of the last change of state (the probes' "since")
 
     def since_progress(self, now: float) -> float:
         return max(0.0, now - self.last_progress) if self.state in ("suspect", "stalled") else 0.0
@@ -41,38 +54,75 @@ class Event:
     tracked: Tracked
 
 
+PAUSED_CODE = "process.engine_paused"  # a finding: the engine waits for an instruction (fault tolerance)
+NOT_A_STALL = ("healthy", "starting")
+GONE_KEPT = 64  # a triage saw it move: a long step, or a start-up that moves
+
+
 class Tracker:
-    def __init__(self) -> None:
+    def __init__(self, now: float = 0.0) -> None:
         self.deps: dict[str, Tracked] = {}
+        # When a watched deployment was last seen (or the watcher started): a node with none for
+        # longer than --gone-grace fails /livez; a restart in progress does not.
+        self.last_seen = self.started = now
+        self.passes = 0
+        self.gone: dict[str, float] = {}  # deployment id -> when it went away (the last GONE_KEPT)
 
     def observe(self, seen: dict[str, tuple[str, int]], within: dict[str, Progress],
                 across: dict[str, Progress], now: float, prev_at: float | None,
-                blind: dict[str, str] | None = None) -> list[Event]:
+                blind: dict[str, str] | None = None, api: dict[str, bool] | None = None) -> list[Event]:
         """One cheap pass. ``seen``: key -> (deployment id, root pid); ``within``: progress inside
         this pass; ``across``: progress from the previous pass to this one (empty on the first);
-        ``blind``: deployment id -> why the pass could not see whether it moves."""
+        ``blind``: deployment id -> why the pass could not see whether it moves; ``api``: deployment
+        id -> its API server answered /metrics in this pass."""
         events: list[Event] = []
+        self.passes += 1
+        if seen:
+            self.last_seen = now
         for key in [k for k in self.deps if k not in seen]:
             events.append(Event("gone", self.deps.pop(key)))
+            self.gone[events[-1].tracked.deployment_id] = now
+            while len(self.gone) > GONE_KEPT:
+                self.gone.pop(next(iter(self.gone)))
         for key, (dep_id, root) in seen.items():
             t = self.deps.get(key)
             if t is None:
-                t = self.deps[key] = Tracked(key, dep_id, root, now)
+                t = self.deps[key] = Tracked(key, dep_id, root, now, changed_at=now)
                 events.append(Event("new", t))
+            was = t.state
             p_in, p_x = within.get(dep_id), across.get(dep_id)
             kind = _step(t, p_in, p_x, now, prev_at, (blind or {}).get(dep_id, ""))
+            t.api_up = bool((api or {}).get(dep_id))
+            if t.state != was:
+                t.changed_at = now
+            t.seen_ok = t.seen_ok or t.state in ("idle", "running")
+            if t.state != "stalled":  # over (it moved or went idle): /livez passes again
+                t.confirmed_at = t.saved_at = None
             if kind:
                 events.append(Event(kind, t))
         return events
 
-    def confirmed(self, t: Tracked, verdict: dict[str, Any]) -> bool:
-        """Record a triage's answer for a suspect; True when it is a stall to report."""
+    def confirmed(self, t: Tracked, verdict: dict[str, Any], now: float | None = None, wall: float | None = None,
+                  paused: bool = False) -> bool:
+        """Record a triage's answer for a suspect; True when it is a stall to report. ``paused``: the
+        triage found the engine paused by fault tolerance: not a stall, never a restart."""
         t.verdict = verdict
-        if verdict.get("status") == "healthy":  # it moved while the triage looked
+        if paused:
+            t.state, t.paused, t.cleared = "paused", True, True
+            t.changed_at = now if now is not None else t.changed_at
+            return False
+        if verdict.get("status") in NOT_A_STALL:  # it moved while the triage looked
             t.state, t.cleared = "running", True
             return False
         t.state, t.stalls = "stalled", t.stalls + 1
+        if now is not None:
+            t.changed_at, t.confirmed_at, t.saved_at, t.evidence = now, now, None, ""
+            t.stalled_wall = (wall if wall is not None else 0.0) - max(0.0, now - t.last_progress)
         return True
+
+    def saved(self, t: Tracked, now: float, evidence: str) -> None:
+        """The stall's snapshot and report are on disk (written and fsynced): /livez may fail now."""
+        t.saved_at, t.evidence = now, evidence
 
 
 def _step(t: Tracked, p_in: Progress | None, p_x: Progress | None, now: float, prev_at: float | None,
@@ -84,6 +134,9 @@ def _step(t: Tracked, p_in: Progress | None, p_x: Progress | None, now: float, p
         t.state, t.blind, t.last_progress = "unknown", blind, now
         return "unknown" if changed else None
     t.blind = ""
+    if was == "paused" and not moved:
+        return None  # it waits for an instruction: no triage until it moves again
+    t.paused = False
     if p_in is None or not p_in.work_in_flight:
         t.state, t.last_progress = "idle", now
         return "recovered" if was == "stalled" else None

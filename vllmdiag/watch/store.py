@@ -23,6 +23,7 @@ from typing import Any
 
 from vllmdiag.model import strict_json
 from vllmdiag.outfile import OutputError, open_dir, write_at
+from vllmdiag.watch.history import STATE_NAME  # the watcher's memory for `triage`
 
 PREFIX = "vllmdiag-watch-"
 # vllmdiag-watch-20261130T170501123Z-0007-node_1234.json  (time, sequence, deployment)
@@ -93,7 +94,7 @@ class Store:
     @staticmethod
     def _only_ours(dfd: int) -> bool:
         try:
-            return all(NAME.match(e.name) for e in os.scandir(dfd))
+            return all(NAME.match(e.name) or e.name == STATE_NAME for e in os.scandir(dfd))
         except OSError:
             return False
 
@@ -113,6 +114,7 @@ class Store:
         # Strict JSON: a NaN from a hostile /metrics must not make the contract unreadable (issue 25 item 7).
         text = strict_json.dumps(snapshot, separators=(",", ":"), default=str) + "\n"
         write_at(self._dfd, snap_path.name, text.encode(), FILE_MODE, shown=str(snap_path))
+        self._sync(snap_path.name)
         report_path: Path | None = self.out_dir / f"{stem}{self.report_suffix}"
         error = None
         try:
@@ -120,10 +122,27 @@ class Store:
 
             body = report_text(report, report_path).encode()  # type: ignore[arg-type]
             write_at(self._dfd, report_path.name, body, FILE_MODE, shown=str(report_path))  # type: ignore[union-attr]
+            self._sync(report_path.name)  # type: ignore[union-attr]
         except (OSError, ValueError, OutputError) as exc:  # the snapshot is the contract: `analyze` can redo a report
             report_path, error = None, f"report not written: {exc}"
         self.rotate(protect={snap_path.name} | ({report_path.name} if report_path else set()))
         return Saved(snap_path, report_path, error)
+
+    def _sync(self, name: str) -> None:
+        """fsync the file and the directory: /livez fails (and the kubelet restarts the pod) only once
+        the evidence would survive it, a power cut included."""
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._dfd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.fsync(self._dfd)
+
+    def write_state(self, doc: dict[str, Any]) -> None:
+        """The state file `triage` reads (one small JSON, 0640, atomic)."""
+        self.prepare()
+        text = strict_json.dumps(doc, separators=(",", ":"), default=str) + "\n"
+        write_at(self._dfd, STATE_NAME, text.encode(), FILE_MODE, shown=str(self.out_dir / STATE_NAME))
 
     def rotate(self, protect: frozenset[str] | set[str] = frozenset()) -> list[Path]:
         """Remove the oldest events until at most ``keep`` remain and they fit in ``max_bytes``."""

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -15,9 +16,11 @@ from vllmdiag.analysis.views.progress import deployment_progress
 from vllmdiag.model import Snapshot
 from vllmdiag.outfile import OutputError
 from vllmdiag.watch import hooks
-from vllmdiag.watch.exporter import Sample
+from vllmdiag.watch.exporter import Sample, render
+from vllmdiag.watch.health import GONE_GRACE_S, SAVE_GRACE_S, Answer, View, livez, readyz
+from vllmdiag.watch.history import default_out_dir  # noqa: F401 - `watch --out`'s default, one place
 from vllmdiag.watch.metrics import watcher_samples  # not at the first scrape: no import in a thread at a fork
-from vllmdiag.watch.state import Tracked, Tracker
+from vllmdiag.watch.state import PAUSED_CODE, Tracked, Tracker
 from vllmdiag.watch.store import Saved, Store
 
 # Only what is cheap: /proc states and CPU times, /dev/shm ring flags, the API server's /metrics.
@@ -50,6 +53,9 @@ class WatchConfig:
     # processes probe keeps: VLLM_*, NCCL_*, CUDA_VISIBLE_DEVICES, ...), e.g. two on one node.
     select: dict[str, str] = field(default_factory=dict)
     max_passes: int | None = None  # for tests and the bench; None: until SIGTERM/SIGINT
+    gone_grace_s: float = GONE_GRACE_S  # /livez: a deployment gone this long is not a restart in progress
+    save_grace_s: float = SAVE_GRACE_S  # /livez: fail this long after a confirmed stall even if unsaved
+    textfile: Path | None = None  # a node_exporter textfile rewritten after every pass
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
@@ -57,7 +63,7 @@ class WatchConfig:
 class Watcher:
     def __init__(self, cfg: WatchConfig, stop: threading.Event | None = None) -> None:
         self.cfg, self.stop = cfg, stop or threading.Event()
-        self.tracker = Tracker()
+        self.tracker = Tracker(time.monotonic())
         self.store = Store(cfg.out_dir, cfg.keep, cfg.max_bytes, cfg.report_suffix)
         self.prev: tuple[Snapshot, float] | None = None
         self.node = cfg.node or ""
@@ -65,6 +71,7 @@ class Watcher:
         self.pass_s = 0.0
         self._lock = threading.Lock()
         self._last_blind = ""
+        self._said: dict[str, str] = {}
 
     # ---- one pass ---------------------------------------------------------------------------
     def step(self) -> None:
@@ -76,13 +83,18 @@ class Watcher:
                        limits=pass_limits(self.cfg.pass_budget_s))
         now = time.monotonic()
         self._blind(snap)
-        seen, blind = watched(snap, self.cfg.select)
+        api: dict[str, bool] = {}
+        seen, blind = watched(snap, self.cfg.select, api)
         within = {p.deployment_id: p for p in deployment_progress([snap])}
         across = {p.deployment_id: p for p in deployment_progress([self.prev[0], snap])} if self.prev else {}
         with self._lock:
             self.node, self.pass_s, self.passes = snap.node, now - start, self.passes + 1
-            events = self.tracker.observe(seen, within, across, now, self.prev[1] if self.prev else None, blind)
+            events = self.tracker.observe(seen, within, across, now, self.prev[1] if self.prev else None, blind,
+                                          api)
         self.prev = (snap, now)
+        self._textfile()
+        if events:
+            self._state_file()
         for ev in events:
             if ev.kind == "suspect":
                 self._triage(ev.tracked)
@@ -108,9 +120,13 @@ class Watcher:
         result = triage(pids=[t.root_pid], options=options, budget_s=self.cfg.budget_s, confirm_s=self.cfg.confirm_s)
         report = result.report.to_dict()
         verdict = deployment_verdict(report, t.root_pid)
+        paused = engine_paused(report, t.deployment_id)
         with self._lock:
             self.triages += 1
-            stall = self.tracker.confirmed(t, verdict)
+            stall = self.tracker.confirmed(t, verdict, time.monotonic(), time.time(), paused)
+        if paused:
+            self._note(f"paused {t.deployment_id}: the engine waits for an instruction (fault tolerance); not a stall")
+            return
         if not stall:
             self._note(f"suspicion cleared {t.deployment_id}: it moved while the triage looked")
             return
@@ -121,6 +137,10 @@ class Watcher:
         except (OSError, OutputError) as exc:  # a full disk, a directory where a file should be
             saved = None
             self._note(f"could not save the snapshot of {t.deployment_id} in {self.cfg.out_dir}: {exc}")
+        if saved is not None:
+            with self._lock:
+                self.tracker.saved(t, time.monotonic(), str(saved.snapshot))
+        self._state_file()
         self.cfg.out.write(stall_line(t, verdict, saved) + "\n")
         self.cfg.out.flush()
         if saved is not None:
@@ -166,6 +186,54 @@ class Watcher:
         return 0
 
     # ---- the exporter's view -----------------------------------------------------------------
+    def view(self) -> View:
+        """The state /livez and /readyz read, copied under the lock (held only for assignments)."""
+        with self._lock:
+            tr = self.tracker
+            return View([dc_replace(t) for t in tr.deps.values()], tr.passes, tr.last_seen, tr.started,
+                        dict(tr.gone), time.monotonic(), time.time(), self.cfg.gone_grace_s, self.cfg.save_grace_s)
+
+    def routes(self) -> dict[str, Any]:
+        def route(judge: Any) -> Any:
+            def answer(deployment: str | None) -> tuple[int, str]:
+                a: Answer = judge(self.view(), deployment)
+                return a.code, a.line
+            return answer
+        return {"/livez": route(livez), "/readyz": route(readyz)}
+
+    def _textfile(self) -> None:
+        """node_exporter's textfile collector: the /metrics text, renamed into place after each pass."""
+        if self.cfg.textfile is None:
+            return
+        from vllmdiag.watch.textfile import write_textfile
+
+        try:
+            write_textfile(self.cfg.textfile, render(self.samples()))
+        except (OSError, OutputError) as exc:
+            self._note_once("textfile", f"--textfile {self.cfg.textfile}: {exc}")
+        else:
+            self._note_once("textfile", "")
+
+    def _state_file(self) -> None:
+        """What `triage` reads on this node (vllmdiag.watch.history): the last stall of each deployment."""
+        from vllmdiag.watch.history import state_document
+
+        with self._lock:
+            doc = state_document(self.node, list(self.tracker.deps.values()), time.monotonic(), time.time())
+        try:
+            self.store.write_state(doc)
+        except (OSError, OutputError) as exc:
+            self._note_once("state", f"could not write the state file in {self.cfg.out_dir}: {exc}")
+        else:
+            self._note_once("state", "")
+
+    def _note_once(self, what: str, text: str) -> None:
+        """A failure said once (and its end), not every pass."""
+        if self._said.get(what, "") != text:
+            if text or self._said.get(what):
+                self._note(text or f"{what} written again")
+            self._said[what] = text
+
     def samples(self) -> list[Sample]:
         with self._lock:
             return watcher_samples(self.node, list(self.tracker.deps.values()),
@@ -210,30 +278,19 @@ def check_select_key(key: str) -> str | None:
     return None
 
 
-def default_out_dir() -> Path | None:
-    """``watch --out`` when none is given: an absolute path, never one relative to where the watcher
-    was started (in a shared directory another user could plant a link there: issue 25 item 6). Root:
-    /var/lib/vllmdiag/watch (the unit's StateDirectory); others: $XDG_STATE_HOME/vllmdiag/watch, or
-    ~/.local/state/vllmdiag/watch; None when neither is known (then --out is required)."""
-    if os.geteuid() == 0:
-        return Path("/var/lib/vllmdiag/watch")
-    state = os.environ.get("XDG_STATE_HOME", "")
-    if state.startswith("/"):
-        return Path(state) / "vllmdiag" / "watch"
-    home = os.environ.get("HOME", "")
-    return Path(home) / ".local" / "state" / "vllmdiag" / "watch" if home.startswith("/") and home != "/" else None
-
-
 def deployment_keys(snap: Snapshot, select: dict[str, str] | None = None) -> dict[str, tuple[str, int]]:
     """key -> (deployment id, root pid); the key adds the root's start time, so a restart is new."""
     return watched(snap, select)[0]
 
 
-def watched(snap: Snapshot, select: dict[str, str] | None = None) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
+def watched(snap: Snapshot, select: dict[str, str] | None = None,
+            api: dict[str, bool] | None = None) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
     """The deployments to watch (as ``deployment_keys``), and for those the pass could not see
-    move: deployment id -> what it could not read and the fix (they are ``unknown``, never idle)."""
+    move: deployment id -> what it could not read and the fix (they are ``unknown``, never idle).
+    ``api``, when given, is filled with deployment id -> its API server answered /metrics (/readyz)."""
     from vllmdiag.analysis.views.coverage import progress_blind
     from vllmdiag.analysis.views.deployments import find_deployments
+    from vllmdiag.analysis.views.progress import metric_samples
 
     out: dict[str, tuple[str, int]] = {}
     blind: dict[str, str] = {}
@@ -243,10 +300,18 @@ def watched(snap: Snapshot, select: dict[str, str] | None = None) -> tuple[dict[
         if any(env.get(k) != v for k, v in (select or {}).items()):
             continue
         out[f"{dep.id}@{root.get('start_time')}"] = (dep.id, dep.root_pid)
+        if api is not None:
+            api[dep.id] = bool(metric_samples(snap, dep))
         why = progress_blind(snap, dep.pids)
         if why:
             blind[dep.id] = why
     return out, blind
+
+
+def engine_paused(report: dict[str, Any], deployment_id: str) -> bool:
+    """A triage found the engine paused by vLLM's fault tolerance (finding PAUSED_CODE): not a hang."""
+    return any(isinstance(f, dict) and f.get("code") == PAUSED_CODE and f.get("deployment") in (None, deployment_id)
+               for f in report.get("findings") or [])
 
 
 def deployment_verdict(report: dict[str, Any], root_pid: int) -> dict[str, Any]:

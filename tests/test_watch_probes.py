@@ -1,0 +1,234 @@
+"""/livez and /readyz of `vllmdiag watch` (issue 34 item 1): what a kubelet and a load balancer ask.
+
+The judgement (vllmdiag/watch/health.py) case by case, the routes on the exporter's real bounded
+server, and the whole watcher against the simulator as a kubelet probes it: a restart and a healthy
+stream never fail /livez; a hang fails /readyz at the next pass and /livez only once the evidence
+is on disk; a deployment gone for good fails /livez after --gone-grace, not before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubelet import Probe
+
+from vllmdiag.watch.exporter import Exporter
+from vllmdiag.watch.health import View, livez, readyz
+from vllmdiag.watch.state import Tracked
+
+from sim_fixtures import sim_state  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+NOW, WALL = 1000.0, 1_800_000_000.0
+
+
+def _t(state: str = "running", **kw: Any) -> Tracked:
+    base = Tracked("n:1@5", "n:1", 1, NOW - 1, state=state, api_up=True, seen_ok=True, changed_at=NOW - 30)
+    return replace(base, **kw)
+
+
+def _view(*deps: Tracked, passes: int = 3, last_seen: float = NOW, **kw: Any) -> View:
+    return View(list(deps), passes, last_seen, NOW - 600, kw.pop("gone", {}), NOW, WALL, **kw)
+
+
+STALL = {"status": "blocked", "layer": "gpu",
+         "culprits": [{"role": "worker", "pid": 42, "rank": 1, "title": "secret-title --api-key=sk-123"}]}
+
+
+def test_serving_deployment_is_ready_and_live_and_the_body_is_one_line() -> None:
+    v = _view(_t("running"), _t("idle", deployment_id="n:2", key="n:2@7"))
+    r, lv = readyz(v), livez(v)
+    assert (r.code, lv.code) == (200, 200)
+    assert "\n" not in r.line and "deployment=n:1" in r.line and "since=" in r.line
+    assert readyz(v, "n:2").line.startswith("serving") and "deployment=n:2" in readyz(v, "n:2").line
+
+
+@pytest.mark.parametrize("tracked, why", [
+    (_t("idle", api_up=False), "starting"),  # the API does not answer yet (weights, compile)
+    (_t("running", seen_ok=False), "starting"),
+    (_t("suspect"), "not seen moving"),
+    (_t("stalled", verdict=STALL, confirmed_at=NOW - 1), "stalled"),
+    (_t("paused", paused=True), "paused"),
+])
+def test_not_ready_but_alive(tracked: Tracked, why: str) -> None:
+    v = _view(tracked)
+    assert readyz(v).code == 503 and why in readyz(v).line
+    assert livez(v).code == 200, livez(v).line
+
+
+def test_a_blind_pass_keeps_the_apis_answer_and_never_fails_liveness() -> None:
+    v = _view(_t("unknown", blind="probe rings could not read"))
+    assert readyz(v).code == 200 and "progress not seen" in readyz(v).line
+    assert livez(v).code == 200
+    assert readyz(_view(_t("unknown", api_up=False))).code == 503
+
+
+def test_livez_fails_only_once_the_evidence_is_saved_or_the_save_grace_ran_out() -> None:
+    stalled = _t("stalled", verdict=STALL, confirmed_at=NOW - 2, stalled_wall=WALL - 14)
+    assert livez(_view(stalled)).code == 200, "saving first: the restart must not lose the evidence"
+    saved = replace(stalled, saved_at=NOW - 1, evidence="/var/lib/vllmdiag/watch/x.json")
+    a = livez(_view(saved))
+    assert a.code == 503 and "evidence=/var/lib/vllmdiag/watch/x.json" in a.line and "layer=gpu" in a.line
+    assert "worker/pid=42/rank=1" in a.line and "(14 s)" in a.line
+    assert "secret" not in a.line and "sk-123" not in a.line, "never a title or a command line"
+    late = replace(stalled, confirmed_at=NOW - 31)
+    assert livez(_view(late)).code == 503 and "NOT saved" in livez(_view(late)).line
+    assert livez(_view(late, save_grace_s=60)).code == 200
+
+
+@pytest.mark.parametrize("status", ["degraded", "inconclusive", "starting"])
+def test_a_stall_not_judged_blocked_never_restarts(status: str) -> None:
+    t = _t("stalled", verdict={**STALL, "status": status}, confirmed_at=NOW - 100, saved_at=NOW - 99)
+    assert livez(_view(t)).code == 200
+
+
+def test_gone_fails_liveness_only_past_the_grace() -> None:
+    assert livez(_view(last_seen=NOW - 10, gone_grace_s=300)).code == 200
+    assert readyz(_view(last_seen=NOW - 10)).code == 503
+    a = livez(_view(last_seen=NOW - 301, gone_grace_s=300))
+    assert a.code == 503 and "no-deployment" in a.line
+    # one deployment asked for by id: its own time gone
+    v = _view(_t("running"), gone={"n:9": NOW - 400}, gone_grace_s=300)
+    assert livez(v, "n:9").code == 503 and livez(v, "n:1").code == 200
+    assert livez(_view(_t("running"), gone={"n:9": NOW - 5}), "n:9").code == 200
+    # before the watcher's first pass: starting, alive
+    first = _view(passes=0, last_seen=NOW - 1000)
+    assert (readyz(first).code, livez(first).code) == (503, 200)
+
+
+def test_the_worst_deployment_answers_for_the_node() -> None:
+    saved = _t("stalled", verdict=STALL, confirmed_at=NOW - 5, saved_at=NOW - 4, deployment_id="n:2", key="n:2@1")
+    v = _view(_t("running"), saved)
+    assert livez(v).code == 503 and "deployment=n:2" in livez(v).line and "+1 more" in livez(v).line
+    assert livez(v, "n:1").code == 200
+
+
+def _get(url: str, method: str = "GET") -> tuple[int, str]:
+    req = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_routes_on_the_exporter() -> None:
+    asked: list[str | None] = []
+
+    def live(dep: str | None) -> tuple[int, str]:
+        asked.append(dep)
+        return (503, "stalled | deployment=n:2") if dep == "n:2" else (200, "ok")
+
+    exp = Exporter("127.0.0.1", 0, lambda: [], routes={"/livez": live})
+    exp.start()
+    try:
+        base = "http://{}:{}".format(*exp.address)
+        assert _get(base + "/livez") == (200, "ok\n")
+        assert _get(base + "/livez?deployment=n:2") == (503, "stalled | deployment=n:2\n")
+        code, body = _get(base + "/livez", "HEAD")
+        assert (code, body) == (200, "")
+        assert _get(base + "/livez", "POST")[0] == 405
+        assert _get(base + "/livez?deployment=" + "x" * 300)[0] == 400
+        assert _get(base + "/livez?deployment=a%0Ab")[0] == 400, "a newline is no deployment id"
+        assert _get(base + "/nothing")[0] == 404 and "/livez" in _get(base + "/nothing")[1]
+        assert asked == [None, "n:2", None]
+    finally:
+        exp.close()
+
+
+# ---- the whole watcher against the simulator, probed like a kubelet ---------------------------
+sim = pytest.importorskip("vllmdiag_sim.deployment")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy needs root")
+NODE, GRACE_S = "probenode", 8.0
+
+
+@needs_root
+@pytest.mark.timeout(300)
+def test_kubelet_sees_a_restart_as_alive_and_a_hang_fail_ready_then_live_after_the_evidence(
+        sim_state: Path, tmp_path: Path) -> None:  # noqa: F811
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "vllmdiag", "watch", "--out", str(out), "--interval", "1", "--confirm", "2",
+            "--metrics-port", "0", "--node", NODE, "--gone-grace", str(GRACE_S),
+            "--select", f"VLLM_RPC_BASE_PATH={os.environ['VLLM_RPC_BASE_PATH']}"]
+    log = tmp_path / "watch.log"
+    with open(log, "w") as err:
+        watcher = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    probes: list[Probe] = []
+    try:
+        host, port = listening(log, watcher)
+        live = Probe(host, port, "/livez", period_s=0.25, timeout_s=2).start()
+        ready = Probe(host, port, "/readyz", period_s=0.25, timeout_s=2).start()
+        probes += [live, ready]
+        with sim.Deployment.up(tp=2, fault="healthy"):
+            assert ready.wait_for(lambda r: r.code == 200, 60), ready.results[-3:]
+        with sim.Deployment.up(tp=2, fault="healthy-load") as dep:  # a restart: the old one gone, a new one
+            dep_id = f"{NODE}:{dep.root_pid}"
+            assert ready.wait_for(lambda r: r.code == 200 and f"deployment={dep_id}" in r.body, 60)
+            time.sleep(3)
+            assert live.failures() == [], "a restart and a healthy stream are alive"
+            dep.inject("straggler", 1)
+            injected = time.monotonic()
+            first_ready = ready.wait_for(lambda r: r.code == 503, 30)
+            assert first_ready is not None, ready.results[-3:]
+            seen: list[tuple[Any, bool]] = []
+
+            def evidence_on_disk(r: Any) -> bool:
+                if r.code != 503:
+                    return False
+                path = re.search(r"evidence=(\S+)", r.body)
+                seen.append((r, bool(path) and Path(path.group(1)).is_file()))  # type: ignore[union-attr]
+                return True
+
+            first_live = live.wait_for(evidence_on_disk, 90)
+            assert first_live is not None, live.results[-3:]
+            assert seen[0][1], f"the evidence is on disk when /livez first fails: {first_live.body}"
+            assert first_ready.at < first_live.at
+            assert "verdict=blocked" in first_live.body and "layer=gpu" in first_live.body
+            assert f"pid={dep.worker_pid(1)}/rank=1" in first_live.body, first_live.body
+            snap = json.loads(Path(re.search(r"evidence=(\S+)", first_live.body).group(1)).read_text())  # type: ignore[union-attr]
+            assert snap["node"] == NODE
+            assert first_ready.at - injected < 10, "readiness goes at the next pass (interval 1 s, 2-core slack)"
+            # the state file triage reads, written beside the evidence
+            from vllmdiag.watch.history import remembered
+
+            lines = remembered(out)
+            assert lines and dep_id in lines[0] and "layer gpu" in lines[0] and "rank 1" in lines[0], lines
+            per = live.once()
+            assert per.code == 503
+        gone = time.monotonic()  # the hung deployment removed (a kubelet's restart): alive within the grace
+        later = live.wait_for(lambda r: r.code == 503 and "no-deployment" in r.body, GRACE_S + 30)
+        assert later is not None and later.at - gone >= GRACE_S - 3, "gone fails only past --gone-grace"
+        assert not [r for r in live.results if gone + 3 < r.at < gone + GRACE_S - 3 and r.code != 200]
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(timeout=60) == 0
+        assert "Traceback" not in log.read_text()
+    finally:
+        for p in probes:
+            p.stop()
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+
+
+def listening(log: Path, proc: Any, timeout_s: float = 60.0) -> tuple[str, int]:
+    """The exporter's address from the watcher's log line."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        m = re.search(r"metrics on http://([\d.]+):(\d+)/", log.read_text())
+        if m:
+            return m.group(1), int(m.group(2))
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    raise AssertionError("the watcher did not serve: " + log.read_text()[-2000:])
