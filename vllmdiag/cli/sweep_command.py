@@ -55,6 +55,7 @@ def sweep_command(
     gate_config: Annotated[Path | None, _opt("--gate-config", help="gate YAML (see `vllmdiag gate --default-config`)")] = None,
     tp: Annotated[int | None, _opt("--tp", help="with --gate: planned tensor-parallel size per node")] = None,
     junit: Annotated[Path | None, _opt("--junit", help="with --gate: write JUnit XML here")] = None,
+    prom: Annotated[Path | None, _opt("--prom", help="with --gate: write a node_exporter textfile here (NAME.prom)")] = None,
     verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
 ) -> int:
     """Diagnose every node of a fleet at once: one verdict, nodes folded into classes, sick nodes listed."""
@@ -102,10 +103,14 @@ def sweep_command(
                      sweep_timeout_s=sweep_timeout, tree=tree, started=started,
                      setup_s=resolved_s)
     check_tree(plan)
+    if prom is not None:
+        from vllmdiag.gate.prom import check_name
+
+        check_name(prom, "--prom")  # before the sweep: a name node_exporter never reads is a usage error
     if gate:
-        return _gate(plan, gate_config, tp, junit, json_out)
-    if junit is not None or gate_config is not None or tp is not None:
-        raise BadInput("--junit, --gate-config and --tp need --gate")
+        return _gate(plan, gate_config, tp, junit, json_out, prom)
+    if junit is not None or prom is not None or gate_config is not None or tp is not None:
+        raise BadInput("--junit, --prom, --gate-config and --tp need --gate")
     if json_out:
         result = sweep(plan, confirm=confirm > 0)
     else:
@@ -127,7 +132,8 @@ def _without(names: list[str], excluded: list[str]) -> list[str]:
     return kept
 
 
-def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool) -> int:
+def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, json_out: bool,
+          prom: Path | None = None) -> int:
 
     from vllmdiag.model import strict_json
     from vllmdiag.render.gate_view import render_gate
@@ -147,6 +153,12 @@ def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, js
 
         sys.stdout.flush()
         write_output(junit, fleet_junit(result), "--junit")
+    if prom is not None:  # likewise after the results; atomic (renamed into place), as node_exporter wants
+        from vllmdiag.gate.prom import fleet_prom
+        from vllmdiag.outfile import write_output
+
+        sys.stdout.flush()
+        write_output(prom, fleet_prom(result), "--prom", mode=0o644)
     return int(result.exit_code)
 
 

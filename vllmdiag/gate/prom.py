@@ -1,10 +1,29 @@
-"""Prometheus textfile (node_exporter textfile collector) of gate results (written by vllmdiag.outfile)."""
+"""Prometheus textfile (node_exporter textfile collector) of gate results (written by vllmdiag.outfile).
+
+node_exporter reads only ``*.prom`` files of its textfile directory: any other name would be written
+and silently never read, so it is refused as a usage error (``check_name``). The file is written
+whole beside its place and renamed into it (vllmdiag.outfile), so a scrape never sees half of it.
+"""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from vllmdiag.gate.result import STATUSES, NodeGateResult
+from vllmdiag.errors import BadInput
+from vllmdiag.gate.result import STATUSES, FleetGateResult, NodeGateResult
+
+
+def check_name(path: Path, option: str) -> None:
+    """A textfile name node_exporter reads (NAME.prom), or BadInput: one line, exit 2."""
+    if not path.name.endswith(".prom") or path.name == ".prom":
+        raise BadInput(f"{option} {str(path)[:300]!r}: node_exporter reads only files named *.prom; "
+                       "name the file NAME.prom")
+
+
+def fleet_prom(fleet: FleetGateResult) -> str:
+    """`sweep --gate --prom`: one textfile with every node's checks (labelled by node)."""
+    return to_prom([fleet.nodes[n] for n in sorted(fleet.nodes)])
 
 
 def to_prom(nodes: list[NodeGateResult], now: float | None = None) -> str:

@@ -4,9 +4,10 @@ from progress, not from a process being alive.
 vLLM's own ``/health`` answers 200 while the engine is frozen (it checks that the engine process
 lives). Here:
 
-- ``/readyz`` is 200 while every watched deployment serves: its API server answered ``/metrics`` in
-  the last pass and it was seen moving or idle; 503 while it starts (API not answering yet), is
-  suspect, stalled, paused by fault tolerance, or gone. A load balancer takes traffic away at once.
+- ``/readyz`` is 200 while every watched deployment serves: its API server has answered ``/metrics``
+  (a GET timing out on a loaded node later does not undo that) and it was seen moving or idle;
+  503 while it starts (API not answering yet), is suspect, stalled, paused by fault tolerance, or gone.
+  A load balancer takes traffic away at once.
   A blind pass (the watcher could not read what shows movement) keeps the API's answer: the
   watcher's own blindness must not take a serving replica out of rotation.
 - ``/livez`` is 503 only for a stall a triage confirmed as ``blocked`` *whose evidence is on disk*

@@ -31,8 +31,8 @@ class Tracked:
     cleared: bool = False
     verdict: dict[str, Any] = field(default_factory=dict)  # the last triage's deployment verdict
     blind: str = ""  # while unknown: what the pass could not read, and the fix
-    # What /readyz and /livez read (vllmdiag.watch.health): the API server answered /metrics in the
-    # last pass (listening and serving), it was seen moving or idle at least once since it appeared,
+    # What /readyz and /livez read (vllmdiag.watch.health): the API server has answered /metrics
+    # (listening and serving: start-up is over), it was seen moving or idle at least once since it appeared,
     # the engine is paused by vLLM's fault tolerance (not a hang), and a stall's confirmation and
     # evidence times (monotonic) with the wall time it stopped moving.
     api_up: bool = False
@@ -92,7 +92,9 @@ class Tracker:
             was = t.state
             p_in, p_x = within.get(dep_id), across.get(dep_id)
             kind = _step(t, p_in, p_x, now, prev_at, (blind or {}).get(dep_id, ""))
-            t.api_up = bool((api or {}).get(dep_id))
+            # Sticky: once its API answered, a /metrics GET timing out on a loaded node is no reason to take
+            # it out of rotation (a hang is judged by progress; a dead server goes away as a deployment).
+            t.api_up = t.api_up or bool((api or {}).get(dep_id))
             if t.state != was:
                 t.changed_at = now
             t.seen_ok = t.seen_ok or t.state in ("idle", "running")

@@ -9,24 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllmdiag.errors import BadInput
-
 WATCH_NAME = "vllmdiag_watch.prom"  # the file `watch --textfile DIR` writes in DIR
 MODE = 0o644  # node_exporter runs as its own user (prometheus on Debian): it must read it
 
 
 def textfile_path(given: Path, option: str) -> Path:
-    """DIR (an existing directory: WATCH_NAME in it) or FILE.prom; anything else: BadInput."""
+    """DIR (an existing directory: WATCH_NAME in it) or FILE.prom; anything else: BadInput (exit 2)."""
+    from vllmdiag.gate.prom import check_name
+
     if given.is_dir():
         return given / WATCH_NAME
-    check_prom_name(given, option)
+    check_name(given, option)
     return given
-
-
-def check_prom_name(path: Path, option: str) -> None:
-    if not path.name.endswith(".prom") or path.name == ".prom":
-        raise BadInput(f"{option} {str(path)[:300]!r}: node_exporter reads only files named *.prom; "
-                       "name the file NAME.prom (or give its textfile directory)")
 
 
 def write_textfile(path: Path, text: str) -> None:
