@@ -31,7 +31,8 @@ VERDICTS = [
     ("snap-c-engine-not-reading.json", "blocked", "queue", ("VLLM::EngineCore", "engine_core", None)),
     ("snap-d-worker-tp1-sigstop.json", "blocked", "process", ("VLLM::Worker_TP1", "worker", 1)),
     ("snap-e-worker-tp3-zombie.json", "blocked", "process", ("VLLM::Worker_TP3", "worker", 3)),
-    ("snap-f-leaked-after-sigkill.json", "degraded", "queue", None),
+    # Gone is said first (issue 33): no vLLM runs, then what the killed run left.
+    ("snap-f-leaked-after-sigkill.json", "no-deployment", None, None),
 ]
 
 
@@ -169,3 +170,12 @@ def test_real_response_chunk_is_new_format_without_a_method(name: str) -> None:
 @pytest.mark.parametrize(("name", "status"), [("response_success", "SUCCESS"), ("response_failure", "FAILURE")])
 def test_real_response_chunk_status(name: str, status: str) -> None:
     assert rf.scan_chunk(chunk(name), "new")["status"] == status
+
+
+def test_f_a_killed_deployment_says_gone_first_then_lists_what_it_left() -> None:
+    result = analyze_files([DATA / "snap-f-leaked-after-sigkill.json"])
+    verdict = result.report.verdict
+    assert result.exit_code == 3
+    assert verdict.summary.startswith("No vLLM is running on "), verdict.summary
+    assert "psm_" in verdict.summary and "leaked by a killed run" in verdict.summary
+    assert verdict.next_steps, "the read-only next steps of the leftovers"

@@ -101,6 +101,9 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
         if warnings[0].evidence.get("out_of_view"):  # its culprit runs beyond this node's view (P/D producer)
             verdict.confidence = "medium"
         return verdict
+    starting = next((f for f in findings if f.code == "handshake.starting"), None)
+    if starting is not None and (starting.evidence.get("moving") or not _blind_spots(snapshot)):
+        return _starting(starting)
     progress = next((f for f in findings if f.code == "gpu.progress"), None)
     seen = progress.evidence if progress is not None else {}
     # Work seen moving is healthy even when another probe (stacks) timed out: say which one was missing.
@@ -134,6 +137,15 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
     return Verdict(status="healthy", summary=summary, evidence=not_seen, confidence="medium" if unasked else "high")
 
 
+def _starting(f: Finding) -> Verdict:
+    """Not ready yet: never healthy nor idle (DESIGN.md). Seen moving, or not watched long enough to tell
+    (then said so, with the command that watches longer)."""
+    moving = bool(f.evidence.get("moving"))
+    steps = [] if moving else ["vllmdiag triage --confirm 30   # watch the start-up longer: moving, or held (and by whom)"]
+    return Verdict(status="starting", summary=f.message, evidence=[f.message], confidence="high" if moving else "low",
+                   next_steps=steps)
+
+
 TIMEOUT_FIX = ("The node is short of CPU (or a probe was slow): re-run with a larger --budget (e.g. --budget 30), "
                "as root (vllmdiag then takes SCHED_FIFO for its short life) or under `chrt -f 10`, or from outside a "
                "CPU-throttled pod (README: Kubernetes).")
@@ -156,11 +168,7 @@ def overall(snapshots: list[Snapshot], reports: list[Judged], findings: list[Fin
                            evidence=blind, confidence="low")
         node_warnings = [f for f in findings if f.deployment is None and f.severity in ("warning", "critical")]
         if node_warnings:
-            # Nothing runs, but a killed deployment left its segments behind (the usual way psm_*
-            # leak: a container kill or cgroup OOM takes the resource tracker down too).
-            from vllmdiag.analysis.verdict_writer import write_verdict
-
-            return write_verdict("degraded", node_warnings[0].layer, node_warnings, findings)
+            return _gone(snapshots, node_warnings, findings)
         from vllmdiag.analysis.views.coverage import FIX, hidden_processes
         from vllmdiag.analysis.views.deployment_shapes import unchecked_pythons
 
@@ -177,6 +185,20 @@ def overall(snapshots: list[Snapshot], reports: list[Judged], findings: list[Fin
 
             return write_verdict("degraded", node_warnings[0].layer, node_warnings, findings)
     return verdict
+
+
+def _gone(snapshots: list[Snapshot], node_warnings: list[Finding], findings: list[Finding]) -> Verdict:
+    """No vLLM process runs: said first (exit 3), then what a killed run left (the usual way psm_* leak: a
+    supervisor's `kill -9` of the process group, a container kill or a cgroup OOM takes the resource tracker
+    down too) with its read-only next steps. "degraded/queue: 6 segments leaked" read as if a deployment ran."""
+    from vllmdiag.analysis.verdict_writer import write_verdict
+
+    left = write_verdict("degraded", node_warnings[0].layer, node_warnings, findings)
+    stale = [f.message for f in findings if f.deployment is None and f.code == "handshake.stale_socket_files"]
+    nodes = ", ".join(sorted({s.node for s in snapshots}))
+    summary = f"No vLLM is running on {nodes}. A killed run left: " + "; ".join(f.message for f in node_warnings[:3])
+    return Verdict(status="no-deployment", layer=None, culprits=left.culprits, summary=summary,
+                   evidence=left.evidence + stale[:1], next_steps=left.next_steps, confidence=left.confidence)
 
 
 def _blind_spots(snapshot: Snapshot, essential: tuple[str, ...] = ESSENTIAL_PROBES) -> list[str]:

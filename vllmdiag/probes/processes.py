@@ -44,6 +44,7 @@ ENV_KEEP = ("VLLM_", "NCCL_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "T
             "RAY_JOB_ID",  # a Ray actor's job (set by its raylet): ties a driver's workers across nodes
             "LMCACHE_", "MOONCAKE_")  # P/D KV connectors' settings (VLLM_NIXL_* is under VLLM_); redacted as all
 CHEAP_ENV_ROLES = ("api_server", "engine_core", "dp_coordinator")  # deployment roots: `watch --select` reads them
+IO_ROLES = ("engine_core", "worker", "worker_starting")  # who loads, compiles and captures at start-up
 SEED_ROLES = {"api_server", "engine_core", "worker", "dp_coordinator", "api_server_child", "vllm_other"}
 PARENT_OF = {"engine_core", "worker", "dp_coordinator", "vllm_other"}  # seeds whose parent we describe
 
@@ -229,6 +230,9 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         "nspid": _nspid(status),
         "environ": parse_environ(environ, ENV_KEEP) if isinstance(environ, str) and environ else {},
         "ns": {n: _readlink(base / "ns" / n) for n in ("pid", "mnt", "net")},
+        # Bytes read and written so far: a start-up loading weights (files, a socket) reads while its stack and
+        # CPU time may look still (a long read in D, a download); analysis compares it across passes.
+        **({"io": _inproc.io_counters(read_text(base / "io"))} if info.role in IO_ROLES else {}),
         **denied,
     }
 

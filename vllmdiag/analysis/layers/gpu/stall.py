@@ -30,6 +30,7 @@ from vllmdiag.analysis.views.progress import (
 from vllmdiag.analysis.views.rank_compare import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.views.startup_progress import startup_picture
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.stack_classes import (
     COLLECTIVE,
@@ -68,6 +69,10 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     out: list[Finding] = []
     for p, dep in zip(deployment_progress(passes, deployments), deployments, strict=True):
         seen = {pid: (obs[-1][0], obs[-1][2]) for pid, obs in p.observations.items()}
+        if startup_picture(snapshot, dep) is not None:  # not ready yet: handshake.starting judges it, but
+            odd = _init_odd(snapshot, dep, seen) if p.window_s >= HELD_S else []  # NCCL init's odd rank is ours
+            out += [_with_progress(f, p) for f in odd] or [_progress_info(snapshot, dep, p, starting=True)]
+            continue
         if not stall_seen(p) or p.window_s < SEEN_ONCE_S or waits_for_kv(snapshot, dep):
             out.append(_progress_info(snapshot, dep, p))
             continue
@@ -311,8 +316,10 @@ def _nvml_picture(pids: list[int], gpus: dict[int, dict[str, Any]]) -> tuple[dic
 IDLE_PARTS = (("http", "no request running or waiting"), ("rings", "rings drained"), ("stacks", "no step under way"))
 
 
-def _progress_info(snap: Snapshot, dep: Deployment, p: Progress) -> Finding:
-    if not p.work_in_flight and p.blind and not p.moved:  # a probe that saw nothing never says "idle"
+def _progress_info(snap: Snapshot, dep: Deployment, p: Progress, starting: bool = False) -> Finding:
+    if starting:
+        msg = "Start-up under way: serving progress is not judged until the engine reports ready."
+    elif not p.work_in_flight and p.blind and not p.moved:  # a probe that saw nothing never says "idle"
         msg = f"No work in flight seen, but idle cannot be told from stuck: {'; '.join(p.blind)}."
     elif not p.work_in_flight:  # "idle" says only what was looked at (a probe --probe left out saw nothing)
         seen = [what for name, what in IDLE_PARTS if name not in p.unasked]
@@ -329,4 +336,4 @@ def _progress_info(snap: Snapshot, dep: Deployment, p: Progress) -> Finding:
     else:
         msg = f"Work in flight and moving over {p.window_s:.1f} s: " + "; ".join(p.moved_what[:4]) + "."
     return finding("gpu.progress", LAYER, "info", snap, dep, msg, [],
-                   {**p.to_dict(), "needs_confirm": is_stalled(p)}, [])
+                   {**p.to_dict(), "needs_confirm": is_stalled(p) and not starting, "starting": starting}, [])
