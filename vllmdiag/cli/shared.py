@@ -32,6 +32,9 @@ def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None
     from vllmdiag.deadline import BudgetSpent, guard
 
     lastword.spoken()  # what is written from here on is the verdict: the starved command's timer stands down
+    from vllmdiag.playbook import aim_report
+
+    aim_report(result.report)  # next steps that read /metrics aim at this deployment's API server (issue 35 item 3)
     if as_json:
         try:
             with guard(by):

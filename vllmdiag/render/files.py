@@ -20,6 +20,9 @@ from vllmdiag.render.safe import md_escape, sanitize_report
 
 def report_text(report: Any, path: Path) -> str:
     """The report for a .md or .html file name (the caller writes it through vllmdiag.outfile)."""
+    from vllmdiag.playbook import aim_report
+
+    aim_report(report)  # {curl_api} in the next steps: this deployment's API server (issue 35 item 3)
     suffix = path.suffix.lower()
     if suffix == ".md":
         return to_markdown(report, sys.argv)

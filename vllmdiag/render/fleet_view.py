@@ -52,11 +52,11 @@ def render(report: Report, console: Any) -> None:
 
 def render_fleet(report: Report, console: Any = None) -> None:
     from vllmdiag.render.safe import sanitize_report
-    from vllmdiag.render.text import findings_table, make_console, print_findings, verdict_panel
+    from vllmdiag.render.text import findings_table, make_console, print_findings, print_verdict
 
     report = sanitize_report(report)  # node names and remote reasons are untrusted (issue 15, item 8)
     console = console or make_console()
-    console.print(verdict_panel(report.verdict))
+    print_verdict(report.verdict, console)
     render(report, console)
     failed = [n for n in report.nodes or [] if n.status != "ok"]
     for n in failed[:MAX_ROWS]:

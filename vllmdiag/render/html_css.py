@@ -9,6 +9,7 @@ h1{font-size:26px;margin:0 0 4px}h2{font-size:19px;margin:28px 0 8px;border-bott
 h3{font-size:15px;margin:18px 0 6px}
 code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
 pre{background:var(--bg);padding:8px 10px;border-radius:6px;white-space:pre-wrap;overflow-wrap:anywhere;margin:4px 0}
+.cmd::before{content:'$ ';color:var(--mute);user-select:none}
 table{border-collapse:collapse;margin:6px 0 10px;width:100%}
 td,th{border:1px solid var(--line);padding:3px 7px;text-align:left;vertical-align:top}
 th{background:var(--bg);font-weight:600}

@@ -55,8 +55,18 @@ def header(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) 
     if v.get("evidence"):
         out.append("<h2>Evidence</h2><ul>" + "".join(f"<li>{h(e)}</li>" for e in v["evidence"][:20]) + "</ul>")
     if v.get("next_steps"):
-        out.append("<h2>Next read-only steps</h2><pre>" + h_lines([f"$ {s}" for s in v["next_steps"]]) + "</pre>")
+        out.append("<h2>Next read-only steps</h2>" + steps_html([str(s) for s in v["next_steps"]]))
     return "\n".join(out)
+
+
+def steps_html(steps: list[str]) -> str:
+    """Commands in a block that copies as commands: the `$` prompt is drawn by CSS (.cmd::before, not text,
+    so neither a copy nor the page's text carries it); a step that is prose is a sentence, not a command
+    (issue 35 item 5)."""
+    prose = "".join(f"<p>{h(s)}</p>" for s in steps if not rd.is_command(s))
+    cmds = [s for s in steps if rd.is_command(s)]
+    return prose + ("<pre class='cmds'>" + "\n".join(f"<span class='cmd'>{h(s)}</span>" for s in cmds) + "</pre>"
+                    if cmds else "")
 
 
 def culprits(v: dict[str, Any]) -> str:

@@ -22,9 +22,10 @@ def md(value: object) -> str:
 
 def fence(lines: list[str]) -> list[str]:
     """A code block: shown verbatim, so only what could break out of it is neutralised: control
-    characters, a backtick run as long as the fence (the fence grows past it), and < > (some
-    renderers pass raw HTML through even near code; shown as entities instead)."""
-    body = [clean(s).replace("<", "&lt;").replace(">", "&gt;") for s in lines]
+    characters, a backtick run as long as the fence (the fence grows past it), and < (some renderers
+    pass raw HTML through even near code; shown as an entity). A > opens nothing, so a command's
+    `2>/dev/null` stays as it must be pasted (issue 35 item 5)."""
+    body = [clean(s).replace("<", "&lt;") for s in lines]
     ticks = "`" * max(3, 1 + max((len(m) for s in body for m in re.findall(r"`+", s)), default=0))
     return [ticks + "text", *body, ticks]
 
@@ -37,8 +38,11 @@ def to_markdown(d: dict[str, Any], argv: list[str] | None = None) -> str:
     lines += _culprits(v) + _meta(d, nodes, argv)
     if v.get("evidence"):
         lines += ["## Evidence", ""] + [f"- {md(e)}" for e in v["evidence"][:20]] + [""]
-    if v.get("next_steps"):
-        lines += ["## Next read-only steps", "", *fence(list(v["next_steps"])), ""]
+    if v.get("next_steps"):  # commands in a fence, a step that is prose as a sentence (issue 35 item 5)
+        steps = [str(s) for s in v["next_steps"]]
+        cmds = [s for s in steps if rd.is_command(s)]
+        lines += ["## Next read-only steps", "", *[f"{md(s)}\n" for s in steps if not rd.is_command(s)],
+                  *(fence(cmds) + [""] if cmds else [])]
     lines += _findings(d)
     if "nodes" in d:
         lines += _fleet(d)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.playbook import API, UNKNOWN_API
 from vllmdiag.render.text import escape, make_console
 
 
@@ -28,5 +29,7 @@ def show_playbook(code: str, book: dict[str, Any], console: Any = None) -> None:
         if items:
             console.print(f"[bold]{label}[/]")
             for item in items:
+                # {curl_api}: triage fills in the deployment's own API server; here, what to fill in.
+                item = item.replace(API, UNKNOWN_API) if key == "confirm" else item
                 console.print(("  $ " if key == "confirm" else "  - ") + escape(item))
             console.print()

@@ -135,12 +135,14 @@ def confirm_commands(d: dict[str, Any], f: dict[str, Any]) -> list[str]:
     """A finding's playbook confirm commands, filled in; on a fleet, aimed at the finding's node the way
     the sweep reached it (`--exec` template, else `on NODE:`), never a bare command for the wrong host."""
     from vllmdiag.model import Finding
-    from vllmdiag.playbook import next_steps_for
+    from vllmdiag.playbook import aim_api, next_steps_for
 
     try:
-        cmds = next_steps_for(Finding.from_dict(f))
+        finding = Finding.from_dict(f)
+        cmds = next_steps_for(finding)
     except (KeyError, TypeError, ValueError):
         return []
+    cmds = aim_api(cmds, _api_command(d, finding.deployment, str(f.get("node"))))
     if "nodes" not in d:
         return cmds
     node = str(f.get("node"))
@@ -151,6 +153,24 @@ def confirm_commands(d: dict[str, Any], f: dict[str, Any]) -> list[str]:
     from vllmdiag.steps import via_exec
 
     return via_exec(aimed, template)  # a saved report is untrusted: an odd template leaves the commands as they are
+
+
+def _api_command(d: dict[str, Any], deployment: str | None, node: str) -> str | None:
+    """How to reach the finding's deployment's API server (playbook.api_command), None when not seen."""
+    from vllmdiag.playbook import api_command
+
+    deps = [x for x in d.get("deployments") or [] if isinstance(x, dict) and x.get("id") == deployment]
+    pids = {p.get("pid") for x in deps for p in x.get("processes") or [] if isinstance(p, dict)}
+    snap = next((s for s in snapshots(d) if str(s.get("node")) == node), {})
+    servers = (((snap.get("probes") or {}).get("http") or {}).get("data") or {}).get("servers")
+    return api_command(servers, {p for p in pids if isinstance(p, int)}) if pids else None
+
+
+def is_command(step: str) -> bool:
+    """A next step to paste into a shell (`py-spy dump --pid 1`, `# ...`, `on gpu01: ...`), not a sentence
+    (`Re-run as root ...`): playbook commands start lower-case by rule (tests/test_operator_path_copy.py);
+    the analysis' fixes are sentences."""
+    return bool(re.match(r"[a-z0-9/.~#{]", step.lstrip()))
 
 
 def short_name(p: dict[str, Any] | None) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import html
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,7 +21,11 @@ MAX_DEPTH = 64  # hostile snapshots can nest deeper; below this everything is sh
 # C0 (newline and tab too: one field must stay one line), DEL, C1, zero-width and bidi controls
 # (a U+202E in a title reverses what the reader sees), line/paragraph separators, BOM.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+_MD_BACKSLASH = re.compile(r"\\(?=[!-/:-@\[-`{-~])")  # a backslash before ASCII punctuation
+_MD_ALWAYS = re.compile(r"([`*|])")
+_MD_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
+_MD_EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_MD_BLOCK_START = re.compile(r"^(\s*)([#>+=\[-]|\d+(?=[.)]))")
 
 
 def clean(value: Any) -> str:
@@ -32,8 +35,22 @@ def clean(value: Any) -> str:
 
 
 def md_escape(value: Any) -> str:
-    """Clean, then escape for Markdown: HTML is shown as text, no link, table cell or emphasis forms."""
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(clean(value), quote=False))
+    """Clean, then escape for Markdown only what Markdown would act on where it stands, so the text still
+    reads as plain text in a ticket (`TP[0-6]`, `all_reduce`, `a-b`, `x>0` as they are; issue 35 item 8):
+    `<` (HTML, autolinks) and an entity-like `&`; a link's `](`; `*`, backticks, `|` (table cells), `~~`
+    and backslashes; `_` at a word's edge (inside a word it is no emphasis); a block marker at the start
+    (`#`, `>`, `-`, `+`, `1.`)."""
+    text = _MD_BACKSLASH.sub(r"\\\\", clean(value))  # only where Markdown reads it as an escape
+    text = _MD_ENTITY.sub("&amp;", text).replace("<", "&lt;")
+    text = _MD_ALWAYS.sub(r"\\\1", text).replace("](", "]\\(").replace("~~", "\\~\\~")
+    text = _MD_EDGE_UNDERSCORE.sub(r"\\_", text)
+    return _MD_BLOCK_START.sub(_block_marker, text)
+
+
+def _block_marker(m: re.Match[str]) -> str:
+    """`# x` -> `\\# x`; `12. x` -> `12\\. x` (a backslash escapes punctuation, not a digit)."""
+    mark = m.group(2)
+    return m.group(1) + (mark + "\\" if mark[0].isdigit() else "\\" + mark)
 
 
 def sanitize_report(report: T, escape: Callable[[Any], str] = clean) -> T:

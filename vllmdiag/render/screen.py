@@ -25,12 +25,15 @@ from vllmdiag.render.text import (
     make_console,
     plain_verdict,
     print_findings,
-    verdict_panel,
+    print_verdict,
 )
 
 
 def draw(report: Report, console: Any = None) -> None:
     """The whole screen for a report: the fleet picture for a sweep, the node picture otherwise."""
+    from vllmdiag.playbook import aim_report
+
+    aim_report(report)  # {curl_api} in the next steps: this deployment's API server (issue 35 item 3)
     if report.is_fleet:
         render_fleet(report, console)
     else:
@@ -42,7 +45,7 @@ def render_report(report: Report, console: Any = None) -> None:
     console = console or make_console()
     # Every section is guarded: odd-typed data from an untrusted snapshot costs that section one
     # line, never the verdict and never an "internal error" exit (issue 15, item 13).
-    if not _section(console, "verdict", lambda: console.print(verdict_panel(report.verdict))):
+    if not _section(console, "verdict", lambda: print_verdict(report.verdict, console)):
         console.print(plain_verdict(report.verdict))
     for dep in _seq(report.deployments):
         _section(console, "deployment", lambda dep=dep: console.print(deployment_tree(dep.to_dict(), fold=not text.VERBOSE)))

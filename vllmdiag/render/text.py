@@ -10,7 +10,7 @@ from typing import Any
 
 from vllmdiag.model import Report, Verdict
 from vllmdiag.render.culprits import limited as culprit_lines
-from vllmdiag.render.report_data import vllm_label
+from vllmdiag.render.report_data import is_command, vllm_label
 from vllmdiag.render.safe import clean
 
 STATUS_STYLE = {"healthy": "bold green", "blocked": "bold red", "degraded": "bold yellow",
@@ -55,7 +55,7 @@ def plain_verdict(v: Verdict) -> Any:
     for e in _seq(v.evidence)[:8]:
         body.append(f"\n  - {e}")
     for step in _seq(v.next_steps):
-        body.append(f"\n  $ {step}", style="cyan")
+        body.append(f"\n  {'$' if is_command(str(step)) else '-'} {step}", style="cyan")
     return Panel(body, title="vllmdiag verdict")
 
 
@@ -103,11 +103,30 @@ def verdict_panel(v: Verdict) -> Any:
         body.append("\n\nevidence:", style="bold")
         for e in evidence[:8]:
             body.append(f"\n  - {e}")
-    if v.next_steps:
-        body.append("\n\nnext (read-only) steps:", style="bold")
-        for s in v.next_steps:
-            body.append(f"\n  $ {s}", style="cyan")
     return Panel(body, title="vllmdiag verdict", border_style=STATUS_STYLE.get(v.status, "white"))
+
+
+def print_verdict(v: Verdict, console: Any) -> None:
+    """The verdict box, then its next steps below it (print_steps)."""
+    console.print(verdict_panel(v))
+    print_steps(v.next_steps, console)
+
+
+def print_steps(steps: list[str], console: Any) -> None:
+    """Next steps under the verdict box, each command on one physical line however narrow the terminal
+    (soft wrap: the terminal folds it on screen, a copy is one line; inside the box a wrapped command
+    pasted line by line ran its second half alone, issue 35 item 5). A step that is prose ("Re-run as
+    root ...") is said as a sentence, never after a `$`."""
+    from rich.text import Text
+
+    if not steps:
+        return
+    console.print(Text("next (read-only) steps:", style="bold"))
+    for step in steps:
+        if is_command(step):
+            console.print(Text("  $ ", style="dim") + Text(clean(step), style="cyan"), soft_wrap=True)
+        else:
+            console.print(Text(f"  - {clean(step)}"))
 
 
 def _said(text: str, summary: str) -> bool:
