@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vllmdiag.analysis.across_nodes import dp_world_joined as dp_worlds
-from vllmdiag.analysis.across_nodes import rank_groups, ray_groups
+from vllmdiag.analysis.across_nodes import headless_share, rank_groups, ray_groups
 from vllmdiag.analysis.across_nodes.node_classes import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows, node_why
 from vllmdiag.analysis.across_nodes.uniform_hang import uniform_across_nodes
 from vllmdiag.analysis.bisect import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
@@ -131,6 +131,11 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
             node = nodes[m.node]
             node.findings = [f for f in node.findings if not _defeated(f, m)]
             touched.add(m.node)
+        if not group.key.startswith("ray:"):
+            shares = {name: nodes[name].findings for name in group.nodes}
+            headless_share.adopt(group, shares)
+            for name, kept in shares.items():
+                nodes[name].findings = kept
         cross = _check_group(group, snaps, failed)
         if group.key.startswith("ray:") and not any(f.severity != "info" for f in cross):
             whole = uniform_across_nodes(group, snaps, {n: nodes[n].findings for n in group.nodes})
@@ -186,6 +191,8 @@ def _defeated(f: Finding, member: rank_groups.Member) -> bool:
         return True  # each node holds only its share of the ranks; groups.check looks at the union
     if f.layer == "gpu" and member.deployment.kind == "ray_node":
         return True  # judged on node-local rank numbers, without the engine: the group's comparison replaces it
+    if headless_share.defeated(f, member):
+        return True  # a headless node's executor, or a share's own rank comparison (headless_share.py)
     # A headless node's `vllm serve --headless` has no frontend by design (vllm-internals 3.1): no engine
     # input endpoint, no HTTP port. Blaming it for them is a single-node view of a multi-node deployment.
     return member.headless and f.code in HEADLESS_FALSE_CODES

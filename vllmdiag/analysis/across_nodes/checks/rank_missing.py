@@ -12,8 +12,9 @@ CODES = ("fleet.rank_missing", "fleet.ranks_unseen")
 ORDER = 0  # before the stack comparison, as the engine always ran them
 
 
-def check(group: RankGroup, failed_nodes: dict[str, str]) -> list[Finding]:
-    """Findings over the union of the group's ranks; ``failed_nodes`` maps unanswered nodes to why."""
+def check(group: RankGroup, failed_nodes: dict[str, str], empty_nodes: list[str] | None = None) -> list[Finding]:
+    """Findings over the union of the group's ranks; ``failed_nodes`` maps unanswered nodes to why;
+    ``empty_nodes`` answered the sweep and run no vLLM at all (where a missing node-rank presumably ran)."""
     present: dict[tuple[int, int, int], set[int]] = {}
     size = 0
     for m in group.members:
@@ -29,12 +30,12 @@ def check(group: RankGroup, failed_nodes: dict[str, str]) -> list[Finding]:
     for key, tps in sorted(present.items()):
         missing = [r for r in range(max(size, max(tps) + 1)) if r not in tps]
         if missing:
-            out.append(_missing(group, head, key, missing, unseen, failed_nodes))
+            out.append(_missing(group, head, key, missing, unseen, failed_nodes, empty_nodes or []))
     return out
 
 
 def _missing(group: RankGroup, head: Member, key: tuple[int, int, int], missing: list[int], unseen: list[int],
-             failed: dict[str, str]) -> Finding:
+             failed: dict[str, str], empty: list[str]) -> Finding:
     where = "" if key == (0, 0, 0) else f" (DP{key[0]} PP{key[1]})"
     ranks = ",".join(map(str, missing))
     suspects = sorted(failed)
@@ -48,17 +49,58 @@ def _missing(group: RankGroup, head: Member, key: tuple[int, int, int], missing:
         blame = "?"
         code, severity = "fleet.rank_missing", "critical"
         nodes_hint = f" node-rank(s) {','.join(map(str, unseen))} not found on any swept node;" if unseen else ""
-        message = (f"TP group {group.key}{where} on {','.join(group.nodes)}: worker rank(s) TP{ranks} missing "
-                   f"on every node;{nodes_hint} each node saw only its own share.")
+        home = ""
         reason = "worker rank missing across the whole multi-node group"
+        homes = _homes(group, missing)
+        if homes and not unseen:
+            # Every node-rank answered: the missing TP rank belongs to a node-rank's share (ranks are laid out
+            # node by node), and that node runs its `vllm serve` without the worker.
+            blame = homes[0] if len(homes) == 1 else "one of " + ",".join(homes)
+            home = f" by the node-rank layout {blame} should run it and does not;"
+            reason = f"{reason}; {blame} should run it (node-rank layout) and does not"
+        elif unseen and empty:
+            # A swept node that answered with no vLLM at all is where the unseen node-rank presumably ran
+            # (seen live: a headless node whose worker was killed shuts its `vllm serve --headless` down).
+            named = ",".join(empty[:4]) + ("..." if len(empty) > 4 else "")
+            home = (f" {named} answered and run{'s' if len(empty) == 1 else ''} no vLLM at all: its share "
+                    "(the headless `vllm serve` and its workers) presumably died there;")
+            if len(empty) == len(unseen) == 1:
+                blame, reason = empty[0], f"{reason}; {empty[0]} runs no vLLM (its share presumably died)"
+        message = (f"TP group {group.key}{where} on {','.join(group.nodes)}: worker rank(s) TP{ranks} missing "
+                   f"on every node;{nodes_hint}{home} each node saw only its own share.")
     culprits = [Culprit(node=blame, pid=None, role="worker", rank=r, title=f"VLLM::Worker_TP{r}", reason=reason)
                 for r in missing]
     evidence: dict[str, Any] = {"group": group.key, "nodes": group.nodes, "missing_tp_ranks": missing,
-                                "unseen_node_ranks": unseen, "unanswered_nodes": suspects}
+                                "unseen_node_ranks": unseen, "unanswered_nodes": suspects,
+                                "answered_without_vllm": empty[:16]}
     return Finding(code=code, layer="process", severity=severity, node=head.node, message=message, pids=[],
                    evidence=evidence, deployment=head.deployment.id, culprits=culprits)
 
 
+def _homes(group: RankGroup, missing: list[int]) -> list[str]:
+    """Nodes whose node-rank holds the missing TP ranks, for a plain TP group laid out node by node
+    (node-rank R runs TP ranks R*per .. R*per+per-1); [] when PP or DP make the layout ambiguous."""
+    size = max((int(m.deployment.configured.get("tp") or 0) for m in group.members), default=0)
+    if any(int(m.deployment.configured.get(k) or 1) > 1 for m in group.members for k in ("pp", "dp")):
+        return []
+    if size < group.nnodes or size % group.nnodes:
+        return []
+    per = size // group.nnodes
+    by_rank = {m.node_rank: m.node for m in group.members if m.node_rank is not None}
+    return sorted({by_rank[r // per] for r in missing if r // per in by_rank})
+
+
 def check_group(group: RankGroup, snapshots: dict[str, Snapshot], failed: dict[str, str]) -> list[Finding]:
     """The cross-node group check contract (analysis/contract.group_checks)."""
-    return check(group, failed)
+    return check(group, failed, _without_vllm(group, snapshots, failed))
+
+
+def _without_vllm(group: RankGroup, snapshots: dict[str, Snapshot], failed: dict[str, str]) -> list[str]:
+    """Swept nodes outside the group that answered and run no vLLM deployment (looked at only when the
+    group misses a node-rank and no node failed to answer: the unanswered node explains it first)."""
+    from vllmdiag.analysis.views.deployments import find_deployments
+
+    if failed or len({m.node_rank for m in group.members if m.node_rank is not None}) >= group.nnodes:
+        return []
+    return sorted(name for name, snap in snapshots.items()
+                  if name not in group.nodes and snap.status("processes") == "ok" and not find_deployments(snap))

