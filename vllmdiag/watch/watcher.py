@@ -210,7 +210,7 @@ class Watcher:
         try:
             write_textfile(self.cfg.textfile, render(self.samples()))
         except (OSError, OutputError) as exc:
-            self._note_once("textfile", f"--textfile {self.cfg.textfile}: {exc}")
+            self._note_once("textfile", str(exc) if isinstance(exc, OutputError) else f"--textfile {self.cfg.textfile}: {exc}")
         else:
             self._note_once("textfile", "")
 
