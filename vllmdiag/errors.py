@@ -6,6 +6,8 @@ Libraries raise these; they never print, never exit, and never need to know abou
 
 from __future__ import annotations
 
+import re
+
 # Exit statuses (README, DESIGN.md): the verdict's, then the tool's own.
 EXIT_HEALTHY = 0
 EXIT_PROBLEM = 1  # blocked or degraded (gate: a required check failed)
@@ -13,6 +15,9 @@ EXIT_USAGE = 2  # bad input: options, files, snapshots, reports, configs, invent
 EXIT_NO_DEPLOYMENT = 3
 EXIT_INCONCLUSIVE = 4  # the tool could not see enough (permissions, timeouts, unreachable targets)
 EXIT_INTERRUPTED = 130
+
+
+_NAMES_OPTION = re.compile(r"(?:^|[\s(`'\"])--?[A-Za-z]")  # `--pid 7: ...`, `-x excludes ...`
 
 
 class VllmdiagError(Exception):
@@ -24,10 +29,12 @@ class VllmdiagError(Exception):
 
 
 class BadInput(VllmdiagError):
-    """Input we will not act on: shown as one line, exit 2."""
+    """Input we will not act on: shown as one line, exit 2. Its fix is said only when the message names an
+    option (`--budget must be ...`): under "the simulator is not installed: run ..." an "(fix: correct the
+    option ...)" named an option nobody got wrong (issue 35 item 8). Subclasses name their own fix."""
 
     exit_code = EXIT_USAGE
-    fix = "correct the option or value named above (the command's --help lists what it takes)"
+    fix = "correct the option named above; the command's --help lists what it takes"
 
 
 class Unreachable(VllmdiagError):
@@ -43,4 +50,6 @@ def one_line(exc: VllmdiagError) -> str:
     lines = str(exc).splitlines()
     message = lines[0] if lines else type(exc).__name__
     fix = getattr(exc, "fix", "")
+    if type(exc).fix is BadInput.fix and not _NAMES_OPTION.search(message):
+        fix = ""  # no option is wrong: the message says what is, and what to do
     return message if not fix or "fix:" in message.lower() else f"{message} (fix: {fix})"

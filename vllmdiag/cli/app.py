@@ -187,6 +187,7 @@ def triage_command(**given: Any) -> int:
     if native and nonblocking:
         raise BadInput("--native cannot be combined with --nonblocking (py-spy refuses it)")
     _check_report_name(report)
+    check_pids_exist(o["pid"])
     from vllmdiag.registry import opt_in
 
     options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": o["nccl_ras"],
@@ -198,14 +199,49 @@ def triage_command(**given: Any) -> int:
     from vllmdiag.cli.progress_line import WatchBar
 
     _verbose(o["verbose"])
+    from vllmdiag.watch.history import say_remembered
+
+    say_remembered(sys.stderr)  # what a `watch` on this node saw first (its stall's onset, evidence), then ours
     with _confirm_bar() as tick, WatchBar(watch, enabled=sys.stderr.isatty() and not json_out) as bar:
         result = triage(pids=o["pid"], probes=o["probe"], options=options, budget_s=budget + watch, confirm_s=confirm,
                         on_confirm=bar.chain(tick), origin=origin)
+    if o["pid"] and result.report.verdict.status == "no-deployment":
+        pid_not_in_a_deployment(result.report, o["pid"])
     window = confirm if any(s.options.get("confirm") for s in result.report.snapshots) else 0.0
     by = origin + max(budget + watch, window) + deadline.LAST_WORD_S - 0.05
     if any(float(s.options.get("startup_s") or 0.0) >= budget + watch for s in result.report.snapshots):
         by = max(by, time.monotonic() + RENDER_S)  # a start past the budget (api.triage): draw what was found
     return emit(result, json_out, report, o["save"], by=by)
+
+
+def check_pids_exist(pids: list[int] | None) -> None:
+    """--pid of a process that does not exist is a wrong option (exit 2), not an empty node (issue 35 item 6)."""
+    for pid in pids or []:
+        if pid <= 0 or not os.path.exists(f"/proc/{pid}"):
+            raise BadInput(f"--pid {pid}: no such process here (this node, this PID namespace)")
+
+
+def pid_not_in_a_deployment(report: Any, pids: list[int]) -> None:
+    """--pid of a live process that is part of no vLLM deployment, while deployments run here: say so and name
+    them (exit 2), rather than "No vLLM deployment found" (issue 35 item 6). With none here at all, the verdict
+    (no deployment, exit 3) is the truth and stands."""
+    from vllmdiag.analysis.bisect import analyze
+
+    everything = analyze(list(report.snapshots), None)
+    if not everything.deployments:
+        return
+    deps = [f"pid {d.root_pid} ({_short(d.process(d.root_pid))})" for d in everything.deployments[:8]]
+    more = f" and {len(everything.deployments) - 8} more" if len(everything.deployments) > 8 else ""
+    given = ", ".join(map(str, pids))
+    raise BadInput(f"--pid {given}: not part of any vLLM deployment; {len(everything.deployments)} deployment(s) run "
+                   f"here: {', '.join(deps)}{more} (fix: --pid one of those, or no --pid for all)")
+
+
+def _short(proc: Any) -> str:
+    from vllmdiag.render.safe import clean
+
+    title = clean(getattr(proc, "title", "") or "?")  # a process title is untrusted: one plain line
+    return title if len(title) <= 48 else title[:47] + "…"
 
 
 def _verbose(on: bool) -> None:

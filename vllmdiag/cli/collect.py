@@ -7,6 +7,7 @@ Python), so it must not import typer or rich, and it imports nothing it does not
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from vllmdiag import __version__
@@ -49,6 +50,10 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     if not 0 <= args.confirm <= 600:
         sys.stderr.write("vllmdiag collect: --confirm must be between 0 and 600 seconds\n")
+        return EXIT_USAGE
+    missing = [pid for pid in args.pid or [] if pid <= 0 or not os.path.exists(f"/proc/{pid}")]
+    if missing:  # a wrong --pid is a wrong option, not an empty node (issue 35 item 6)
+        sys.stderr.write(f"vllmdiag collect: --pid {missing[0]}: no such process here (this node, this PID namespace)\n")
         return EXIT_USAGE
     from vllmdiag.api import collect_confirmed as collect
     from vllmdiag.registry import opt_in

@@ -36,9 +36,12 @@ class Option(NamedTuple):  # not a dataclass: dataclasses (with inspect) would c
 JSON = Option(("--json",), "json_out", bool, "print the JSON contract instead of the rich view", False)
 SAVE = Option(("--save",), "save", Path, "also write the raw snapshot to this file")
 REPORT = Option(("--report",), "report", Path, "write a self-contained .html or .md report")
-PID = Option(("--pid",), "pid", int, "only the deployment(s) containing this pid (repeatable)", many=True)
+# -p as py-spy spells it (issue 35 item 10).
+PID = Option(("-p", "--pid"), "pid", int, "only the deployment(s) containing this pid (repeatable; -p as py-spy)",
+             many=True, metavar="PID")
 PROBE = Option(("--probe",), "probe", str, "run only these probes (repeatable)", many=True)
-BUDGET = Option(("--budget",), "budget", float, "total seconds for collection", 8.0)
+BUDGET = Option(("--budget",), "budget", float, "seconds for the whole command, from its start (interpreter and "
+                "imports included) to the verdict printed; partial results, never late", 8.0, metavar="S")
 NATIVE = Option(("--native",), "native", bool, "py-spy --native (C/CUDA frames)", False)
 NONBLOCKING = Option(("--nonblocking",), "nonblocking", bool, "py-spy --nonblocking (never pauses a target)", False)
 NCCL_RAS = Option(("--nccl-ras",), "nccl_ras", bool, "ask NCCL's RAS service once (NCCL >= 2.24)", False)
@@ -60,10 +63,13 @@ TRIAGE: tuple[Option, ...] = (JSON, SAVE, REPORT, PID, PROBE, BUDGET, NATIVE, NO
 COLLECT: tuple[Option, ...] = (
     JSON.but(help="print the snapshot as JSON (default when --out is not given)"),
     Option(("--out",), "out", Path, "write the snapshot to this file"),
-    PROBE, BUDGET, PID.but(help="limit stacks/rings to these deployments (repeatable)"), NATIVE, NONBLOCKING, NCCL_RAS,
+    PROBE, BUDGET.but(help="seconds for the whole command, from its start (interpreter and imports included) to the "
+                      "snapshot written; partial results, never late"),
+    PID.but(help="limit stacks/rings to these deployments (repeatable; -p as py-spy)"), NATIVE, NONBLOCKING, NCCL_RAS,
     Option(("--preflight",), "preflight", bool, "also collect the gate's preflight facts", False),
+    # collect's own default is 0 (one quick look): a sweep passes its --confirm (default 10) to each node.
     ENABLE, CONFIRM.but(default=0.0, help="when work is in flight and nothing moved, keep watching up to S seconds "
-                        "(as triage; 0 = off)"),
+                        "(0 = off, collect's default: one quick look; `sweep --confirm`, default 10, passes its own)"),
     Option(("--node",), "node", str, "node name to record (default: hostname)"),
     NO_BOOST.but(help="keep normal scheduling priority (default as root: SCHED_FIFO for the collection's short life)"),
 )
