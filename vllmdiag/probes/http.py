@@ -43,6 +43,10 @@ MIN_GAP_S = 0.1  # Send-Q and token counters; taken when the slow probes are bac
 RESERVE_S = 1.5  # kept for the second sample after waiting for the other probes
 MAX_BODY = 8 << 20
 MAX_DROPPED = 5  # /metrics values refused (not finite, negative) named in the sample
+# With DP every series carries engine="N" (one per DP rank): kept per engine too, so one DP rank's tokens never
+# vouch for another's (issue 33). Bounded: an untrusted body cannot make more keys than this.
+MAX_ENGINES = 64
+_ENGINE = re.compile(r'(?:^|[{,])\s*engine="(\d{1,4})"')
 _NAME = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{)?")
 
 
@@ -319,6 +323,7 @@ def parse_metrics(text: str) -> dict[str, Any]:
     dropped, and ``metrics_dropped`` says which (at most MAX_DROPPED, then how many more): such a
     value must neither reach the report's strict JSON nor read as progress."""
     sums: dict[str, Any] = dict.fromkeys(METRICS.values())
+    by_engine: dict[str, dict[str, float]] = {}
     dropped: list[str] = []
     for line in text.splitlines():
         m = _NAME.match(line)
@@ -338,6 +343,12 @@ def parse_metrics(text: str) -> dict[str, Any]:
             dropped.append(f"{m.group(1)} {raw[:24]}")
             continue
         sums[key] = total
+        engine = _ENGINE.search(line, m.end() - 1, pos) if m.group(2) else None
+        if engine is not None and (engine.group(1) in by_engine or len(by_engine) < MAX_ENGINES):
+            mine = by_engine.setdefault(engine.group(1), {})
+            mine[key] = mine.get(key, 0.0) + value
+    if by_engine:
+        sums["by_engine"] = by_engine
     if dropped:
         more = len(dropped) - MAX_DROPPED
         sums["metrics_dropped"] = dropped[:MAX_DROPPED] + ([f"... and {more} more"] if more > 0 else [])

