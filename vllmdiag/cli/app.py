@@ -284,7 +284,7 @@ def analyze_command(
     files: Annotated[list[Path], _arg(help="snapshot files, triage --json outputs, or sweep --save dirs")],
     json_out: Annotated[bool, _opt("--json", help="print the JSON contract")] = False,
     report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
-    pid: Annotated[list[int] | None, _opt("--pid", help="only the deployment(s) containing this pid")] = None,
+    pid: Annotated[list[int] | None, _opt("-p", "--pid", help="only the deployment(s) containing this pid")] = None,
     verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
 ) -> int:
     """Recompute the verdict offline from saved snapshots, or draw a saved --json report again."""

@@ -27,10 +27,38 @@ def gate_command(
     json_out: Annotated[bool, _opt("--json", help="print the results (and the snapshot) as JSON")] = False,
     prom: Annotated[Path | None, _opt("--prom", help="write a Prometheus textfile here (node_exporter)")] = None,
     show_config: Annotated[bool, _opt("--default-config", help="print the documented default config and exit")] = False,
+    nagios: Annotated[bool, _opt("--nagios", help="a Nagios/Icinga plugin: one line, exit 0 OK, 1 WARNING, 2 CRITICAL "
+                                 "(a required check failed), 3 UNKNOWN (one could not look, or the gate could not run)")]
+    = False,
 ) -> int:
     """CI health gate before rollout: pass/warn/fail per check; exit 1 when a required check fails."""
+    if not nagios:
+        return _gate(config, tp, url, junit, json_out, prom, show_config)
+    from vllmdiag.errors import VllmdiagError
+    from vllmdiag.gate.nagios import error_line, plugin_line
+
+    if json_out or show_config:
+        line, code = error_line("--nagios prints the plugin line only: without --json and --default-config")
+    else:
+        try:
+            line, code = plugin_line(_gate(config, tp, url, junit, False, prom, False, quiet=True))
+        except VllmdiagError as exc:  # a plugin's exit 2 is CRITICAL: our own usage error is UNKNOWN (3)
+            from vllmdiag.errors import one_line
+
+            line, code = error_line(one_line(exc))
+    sys.stdout.write(line + "\n")
+    return code
+
+
+def _gate(config: Path | None, tp: int | None, url: str | None, junit: Path | None, json_out: bool, prom: Path | None,
+          show_config: bool, quiet: bool = False) -> Any:
+    """The gate; its exit code, or with `quiet` (--nagios) the node's results, nothing printed."""
     from vllmdiag.gate.config import DEFAULT_YAML, load_config
 
+    if prom is not None:  # before any check runs: node_exporter reads only *.prom (a usage error, one line)
+        from vllmdiag.gate.prom import check_name
+
+        check_name(prom, "--prom")
     if show_config:
         from vllmdiag import lastword
 
@@ -48,6 +76,9 @@ def gate_command(
         lastword.arm_gate(gate_budget(cfg, url), json_out)
     node = run_gate(cfg, url, origin=process_start())
     lastword.spoken()  # the results are made: from here on the timer stands down
+    if quiet:
+        _write_files(node, junit, prom)
+        return node
     if json_out:
         payload = {"schema_version": 1, "config": {"source": cfg.source, "tp": cfg.tp},
                    "gate": node.to_dict(with_snapshot=False),

@@ -75,7 +75,8 @@ def check_ptrace(snap: Snapshot, cfg: GateConfig) -> CheckResult:
         return result(name, "fail", "yama ptrace_scope=3: no process can be traced until reboot; triage sees no stacks",
                       **numbers)
     if cap:
-        return result(name, "pass", f"CAP_SYS_PTRACE held (ptrace_scope={scope})", **numbers)
+        yama = f"yama ptrace_scope={scope}" if scope is not None else "no Yama LSM (no ptrace_scope)"
+        return result(name, "pass", f"CAP_SYS_PTRACE held ({yama})", **numbers)
     if scope in (1, 2):
         return result(name, "fail", f"yama ptrace_scope={scope} without CAP_SYS_PTRACE: py-spy cannot attach; {fix}",
                       **numbers)

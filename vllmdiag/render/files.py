@@ -25,10 +25,21 @@ def report_text(report: Any, path: Path) -> str:
     aim_report(report)  # {curl_api} in the next steps: this deployment's API server (issue 35 item 3)
     suffix = path.suffix.lower()
     if suffix == ".md":
-        return to_markdown(report, sys.argv)
+        return to_markdown(report, command_line(sys.argv))
     if suffix in (".html", ".htm"):
-        return to_html(report, sys.argv)
+        return to_html(report, command_line(sys.argv))
     raise BadInput(f"--report {path}: use a .html or .md file name")
+
+
+def command_line(argv: list[str]) -> list[str]:
+    """The command as a person types it again: `vllmdiag triage ...`, not the launcher's Python half
+    (`/usr/local/bin/vllmdiag-py`: run directly it skips the launcher's priority) nor `python -m vllmdiag`
+    (issue 35 item 8)."""
+    if not argv:
+        return argv
+    head = Path(argv[0]).name
+    known = head in ("vllmdiag", "vllmdiag-py", "__main__.py") or head.startswith("vllmdiag")
+    return ["vllmdiag", *argv[1:]] if known else argv
 
 
 def to_markdown(report: Any, argv: list[str] | None = None) -> str:

@@ -28,11 +28,26 @@ def render_node(node: Any, console: Any = None) -> None:
         table.add_row(escape(check.name), f"[{style}]{escape(check.status)}[/]", "yes" if check.required else "advisory",
                       escape(check.reason))
     console.print(table)
+    console.print(gate_line(node))
+
+
+def gate_line(node: Any) -> str:
+    """The gate's last line (rich markup): FAILED, PASSED, or, when a required check could not look, what it
+    did not check; that never ends "GATE PASSED" (issue 35 item 8). The exit code is the gate's (0 unless a
+    required check failed: a skip never fails it by itself, README)."""
+    from vllmdiag.render.text import escape
+
     failed = [c.name for c in node.checks if c.blocks]
+    unseen = [c for c in node.checks if c.required and c.status == "skip"]
+    counts = node.counts()
     if failed:
-        console.print(f"[bold red]GATE FAILED[/]: required check(s) failed: {escape(', '.join(failed))}")
-    else:
-        console.print(f"[green]GATE PASSED[/] ({node.counts()['warn']} warning(s), {node.counts()['skip']} skipped)")
+        return f"[bold red]GATE FAILED[/]: required check(s) failed: {escape(', '.join(failed))}"
+    if unseen:
+        names = "; ".join(f"{c.name} ({c.reason[:120]})" for c in unseen)
+        return (f"[bold magenta]GATE NOT PROVEN[/]: no required check failed, but {len(unseen)} required check(s) "
+                f"could not look: {escape(names)}; {counts['warn']} warning(s). Where they cannot apply (no GPU), "
+                "list them under `skip:` in the gate config (`vllmdiag gate --default-config`)")
+    return f"[green]GATE PASSED[/] ({counts['warn']} warning(s), {counts['skip']} skipped)"
 
 
 def render_gate(result: Any, console: Any = None) -> None:
