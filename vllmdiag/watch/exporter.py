@@ -7,6 +7,7 @@ every per-deployment series carries the labels ``node`` and ``deployment`` for G
 
 from __future__ import annotations
 
+import re
 import selectors
 import socket
 import threading
@@ -38,7 +39,7 @@ HELP = {
 Sample = tuple[str, dict[str, str], float]
 # /livez and /readyz (vllmdiag.watch.health): deployment id or None -> (HTTP status, one line)
 Route = Callable[[str | None], tuple[int, str]]
-MAX_DEPLOYMENT = 200  # a deployment id is "<node>:<pid>"
+DEPLOYMENT_ID = re.compile(r"[!-~]{1,200}")  # a deployment id is "<node>:<pid>"
 
 
 def escape(value: str) -> str:
@@ -217,9 +218,11 @@ class Exporter:
     def _probe(self, route: Route, query: bytes, head: bool) -> bytes:
         """/livez, /readyz: one line, text/plain; ``?deployment=ID`` picks one deployment."""
         try:
-            fields = urllib.parse.parse_qs(query.decode("ascii"), max_num_fields=4, strict_parsing=bool(query))
+            fields = urllib.parse.parse_qs(query.decode("ascii"), max_num_fields=4, strict_parsing=bool(query),
+                                           errors="strict")
             wanted = fields.get("deployment", [None])[-1]
-            if wanted is not None and (len(wanted) > MAX_DEPLOYMENT or not wanted.isprintable()):
+            # "<node>:<root pid>": printable ASCII without spaces; anything else is echoed nowhere
+            if wanted is not None and not DEPLOYMENT_ID.fullmatch(wanted):
                 raise ValueError("deployment")
         except (ValueError, UnicodeError):
             return _response(400, b"bad query: use ?deployment=<node>:<root pid>\n", "text/plain", head_only=head)
