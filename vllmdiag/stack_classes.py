@@ -30,6 +30,10 @@ ENGINE_IDLE = "engine_idle"
 # The EngineCore leaving run_engine_core through EngineCore.shutdown: its executor failed (a worker died)
 # or it was told to stop; it serves nothing any more (seen on vLLM 0.32 CPU after a worker's SIGKILL).
 ENGINE_SHUTDOWN = "engine_shutdown"
+# The EngineCore paused by vLLM's fault tolerance (--enable-fault-tolerance; vllm/v1/fault_tolerance/
+# engine_core_sentinel.py run_with_fault_tolerance): its busy loop raised, it aborted its requests and waits in
+# ``resumed.wait(engine_recovery_timeout_sec)`` for POST /fault_tolerance/apply. Alive, UNHEALTHY, not a hang.
+ENGINE_PAUSED = "engine_paused"
 # Structured output (vLLM 0.33 vllm/v1/structured_output/): a request's grammar compiling on the
 # StructuredOutputManager's thread pool, and the per-step token bitmask filled on the busy loop.
 GRAMMAR_COMPILE = "grammar_compile"
@@ -46,5 +50,5 @@ UNKNOWN = "unknown"  # no rule matched (not in the rules: the classifier's own a
 
 ALL = frozenset({COLLECTIVE, SYNC_POINT, DP_SYNC, ENGINE_DP_SYNC, NCCL_INIT, COMPILING, WAIT_UNTIL_READY, WAIT_FOR_READY,
                  HANDSHAKE, INIT_DEVICE, LOAD_MODEL, WARMUP, ENGINE_BLOCKED_FULL_RING, WRITER_BLOCKED_FULL_RING,
-                 ENGINE_WAITING_WORKERS, ENGINE_BUSY, ENGINE_IDLE, ENGINE_SHUTDOWN, GRAMMAR_COMPILE, GRAMMAR_BITMASK,
-                 ENGINE_YIELD, KV_TRANSFER, EXECUTING, IDLE, API_IDLE, UNKNOWN})
+                 ENGINE_WAITING_WORKERS, ENGINE_BUSY, ENGINE_IDLE, ENGINE_SHUTDOWN, ENGINE_PAUSED, GRAMMAR_COMPILE,
+                 GRAMMAR_BITMASK, ENGINE_YIELD, KV_TRANSFER, EXECUTING, IDLE, API_IDLE, UNKNOWN})
