@@ -53,3 +53,12 @@ def one_line(exc: VllmdiagError) -> str:
     if type(exc).fix is BadInput.fix and not _NAMES_OPTION.search(message):
         fix = ""  # no option is wrong: the message says what is, and what to do
     return message if not fix or "fix:" in message.lower() else f"{message} (fix: {fix})"
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...], listing: str) -> str:
+    """`did you mean straggler?` for a near miss (difflib, as git and pip do), else where the list is: never
+    the whole list of 28 names on one line (issue 35 item 8)."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+    return f"did you mean {' or '.join(close)}? ({listing} lists them all)" if close else f"{listing} lists them"

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from vllmdiag.errors import BadInput
+from vllmdiag.errors import BadInput, did_you_mean
 from vllmdiag_sim.deployment import Deployment, SimError, state_root
 from vllmdiag_sim.faults import FAULTS, FaultError
 
@@ -20,9 +20,41 @@ def _show(dep: Deployment, as_json: bool) -> None:
         typer.echo(json.dumps(dep.summary(), indent=1))
         return
     typer.echo(f"deployment {dep.id}  root pid {dep.root_pid}  http port {dep.http_port}  fault {dep.fault}")
+    target = _fault_target(dep)
+    if target:  # which process got the fault, said where it was put in place (issue 35 item 8)
+        typer.echo(f"  fault on         {target}")
     for role, pids in dep.pids_by_role.items():
         typer.echo(f"  {role:<16} {' '.join(map(str, pids))}")
     typer.echo(f"  segments         {' '.join(dep.segments + dep.leaked) or '-'}")
+
+
+def _fault_target(dep: Deployment) -> str:
+    """Who the fault was put on, as the sim chose it (--rank, else its default: the last local rank)."""
+    from vllmdiag_sim.faults import EXPECTED, RANKED
+
+    who = EXPECTED.get(dep.fault, (None, None, None))[2]
+    if who is None:
+        return ""
+    try:
+        if who == "engine_core":
+            return f"VLLM::EngineCore, pid {dep.engine_pid()}"
+        if who == "api_server":
+            return f"the API server, pid {dep.root_pid}"
+    except SimError:
+        return f"the {who} (gone)"
+    fixed = {"group": f"the whole TP group (TP0-TP{dep.tp - 1}): every rank alike",
+             "segments": "shared-memory segments (no process)",
+             "client": f"the HTTP client, pid {' '.join(map(str, dep.pids_by_role.get('client', []))) or '?'}"}
+    if who in fixed:
+        return fixed[who]
+    if dep.fault not in RANKED and who != "worker":
+        return f"{who.replace('_', ' ')} (see `vllmdiag sim list-faults`)"
+    ranked = [p for p in dep.processes if p["role"] == "worker" and p.get("rank") is not None
+              and p.get("dp_rank") in (0, None)]
+    rank = dep.rank if dep.rank is not None else max((int(p["rank"]) for p in ranked), default=None)
+    pid = next((p["pid"] for p in ranked if p.get("rank") == rank), None)
+    chosen = "" if dep.rank is not None else " (the default: the last rank; --rank R picks another)"
+    return f"VLLM::Worker_TP{rank} rank {rank}, pid {pid if pid is not None else 'gone'}{chosen}"
 
 
 @app.command()
@@ -40,6 +72,8 @@ def up(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Start a deployment; returns once it is ready and the fault is in place."""
+    if fault not in FAULTS:
+        raise BadInput(f"unknown fault {fault!r}; {did_you_mean(fault, tuple(FAULTS), '`vllmdiag sim list-faults`')}")
     try:
         dep = Deployment.up(tp=tp, dp=dp, fault=fault, rank=rank, namespace=namespace, shm_size=shm_size,
                             port=port, nnodes=nnodes, node_rank=node_rank, master_port=master_port)
@@ -56,7 +90,7 @@ def inject(
 ) -> None:
     """Put a fault into a running deployment."""
     if fault not in FAULTS:
-        raise BadInput(f"unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
+        raise BadInput(f"unknown fault {fault!r}; {did_you_mean(fault, tuple(FAULTS), '`vllmdiag sim list-faults`')}")
     dep = _load(dep_id)
     try:
         dep.inject(fault, rank)

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from vllmdiag.errors import BadInput
+from vllmdiag.errors import BadInput, did_you_mean
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -51,7 +51,7 @@ def check_fault(fault: str, tp: int, rank: int | None) -> None:
     from vllmdiag_sim.faults import EXPECTED, FAULTS, FaultError, validate_start
 
     if fault not in FAULTS:
-        raise BadInput(f"unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
+        raise BadInput(f"unknown fault {fault!r}; {did_you_mean(fault, tuple(FAULTS), '`vllmdiag sim list-faults`')}")
     try:
         validate_start(fault, tp=tp, dp=1, nnodes=1, master_port=None)
     except FaultError as exc:
