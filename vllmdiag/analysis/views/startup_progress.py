@@ -53,7 +53,7 @@ WAITS_AT_START = (COLLECTIVE, SYNC_POINT)
 STARTING_ROLES = ("engine_core", "worker", "worker_starting")
 CPU_MOVING_S = 0.1  # CPU seconds over the window that count as a working rank moving (a polling hold: ~1 ms/s)
 CPU_MOVING_SHARE = 0.05  # or this share of one core over a long window
-READ_MOVING_BYTES = 64 << 10
+READ_MOVING_BYTES = 4 << 10  # a held rank reads nothing (recorded: 0 B over 3.3 s; its waiting peers 16-32 B)
 
 
 @dataclass
