@@ -14,7 +14,8 @@ from vllmdiag.model import Report
 CELL_STYLE = {".": ("■", "green"), "X": ("✖", "bold red"), "b": ("▲", "red"), "d": ("◆", "yellow"), "?": ("?", "magenta")}
 CELL_WORD = {".": "ok", "X": "culprit", "b": "in a blocked deployment", "d": "degraded", "?": "unknown"}
 NODE_STYLE = {"healthy": "green", "blocked": "bold red", "degraded": "yellow", "inconclusive": "magenta",
-              "no-deployment": "blue", "starting": "cyan", "unreachable": "bold magenta", "timeout": "bold magenta", "error": "bold magenta"}
+              "no-deployment": "blue", "starting": "cyan", "unreachable": "bold magenta", "timeout": "bold magenta",
+              "error": "bold magenta"}
 MAX_ROWS = 40
 
 

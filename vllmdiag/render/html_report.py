@@ -84,23 +84,21 @@ def meta_rows(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | Non
     v = d.get("verdict") or {}
     times = sorted(str(s.get("collected_at")) for s in snaps if s.get("collected_at"))
     versions = sorted({str(s.get("vllmdiag_version")) for s in snaps if s.get("vllmdiag_version")})
-    budgets = sorted({f"{b:g} s" for b in ((s.get("options") or {}).get("budget_s") for s in snaps)
-                      if isinstance(b, (int, float))})
+    budget = rd.budget(snaps)
     took = max((float(s.get("duration_s") or 0) for s in snaps), default=0.0)
     blind = rd.folded_probe_problems(snaps)
     rows = [("confidence", v.get("confidence", "?")), ("host" + ("s" if len(nodes) > 1 else ""), _hosts(nodes)),
             ("collected", " … ".join(dict.fromkeys([times[0], times[-1]])) if times else "?"),
             ("tool version", "vllmdiag " + (", ".join(versions) or "?")),
             ("command", " ".join(argv) if argv else "(not recorded)"),
-            ("collection", f"took {took:.2f} s" + (f" of a {', '.join(budgets)} budget" if budgets else ""))]
+            ("collection", f"took {took:.2f} s" + (f" of a {budget} budget" if budget else ""))]
     out = "".join(f"<dt>{h(k)}</dt><dd>{h(val)}</dd>" for k, val in rows)
     limits = "".join(f"<li>{h(b)}</li>" for b in blind[:30]) or "<li>every probe saw what it looked for</li>"
     return out + f"<dt>timed out / not seen</dt><dd><ul>{limits}</ul></dd>"
 
 
 def _hosts(nodes: list[rd.NodeData]) -> str:
-    names = [n.name for n in nodes]
-    return ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    return rd.hosts([n.name for n in nodes])
 
 
 def findings_section(d: dict[str, Any]) -> str:

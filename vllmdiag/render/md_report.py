@@ -16,7 +16,13 @@ from vllmdiag.render.safe import clean, md_escape
 
 
 def md(value: object) -> str:
-    """Control characters made visible, then HTML and Markdown escaped (render/safe.py)."""
+    """A value inside a line (after other text): control characters made visible, then escaped for what
+    Markdown would act on there (render/safe.py), so `vllmdiag 0.1.0` stays as written."""
+    return md_escape("" if value is None else value, line_start=False)
+
+
+def md_block(value: object) -> str:
+    """A value that starts a line or a list item: a leading `#`, `-`, `1.` ... is escaped too."""
     return md_escape("" if value is None else value)
 
 
@@ -34,14 +40,14 @@ def to_markdown(d: dict[str, Any], argv: list[str] | None = None) -> str:
     v = d.get("verdict") or {}
     nodes = rd.nodes(d)
     lines = [f"# vllmdiag: {md(v.get('status'))}" + (f" at the {md(v['layer'])} layer" if v.get("layer") else ""), "",
-             md(v.get("summary")), ""]
+             md_block(v.get("summary")), ""]
     lines += _culprits(v) + _meta(d, nodes, argv)
     if v.get("evidence"):
-        lines += ["## Evidence", ""] + [f"- {md(e)}" for e in v["evidence"][:20]] + [""]
+        lines += ["## Evidence", ""] + [f"- {md_block(e)}" for e in v["evidence"][:20]] + [""]
     if v.get("next_steps"):  # commands in a fence, a step that is prose as a sentence (issue 35 item 5)
         steps = [str(s) for s in v["next_steps"]]
         cmds = [s for s in steps if rd.is_command(s)]
-        lines += ["## Next read-only steps", "", *[f"{md(s)}\n" for s in steps if not rd.is_command(s)],
+        lines += ["## Next read-only steps", "", *[f"{md_block(s)}\n" for s in steps if not rd.is_command(s)],
                   *(fence(cmds) + [""] if cmds else [])]
     lines += _findings(d)
     if "nodes" in d:
@@ -59,19 +65,19 @@ def _culprits(v: dict[str, Any]) -> list[str]:
     lines, more = culprit_lines(rows, 12)  # alike workers folded; the rest named, never dropped (issue 35 item 2)
     for c in lines:
         out.append(f"- **{md(c.title)}** on {md(c.node)}, {c.where}: {md(c.reason)}")
-    return out + ([f"- {md(more)}"] if more else []) + [""]
+    return out + ([f"- {md_block(more)}"] if more else []) + [""]
 
 
 def _meta(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -> list[str]:
     snaps = rd.snapshots(d)
     times = sorted(str(s.get("collected_at")) for s in snaps if s.get("collected_at"))
-    budgets = [(s.get("options") or {}).get("budget_s") for s in snaps]
-    budget = next((b for b in budgets if isinstance(b, (int, float))), None)
+    budget = rd.budget(snaps)
     took = max((float(s.get("duration_s") or 0) for s in snaps), default=0.0)
     out = ["## Collection", "", f"- confidence: {md((d.get('verdict') or {}).get('confidence'))}",
-           f"- hosts: {md(', '.join(n.name for n in nodes[:12]))}", f"- collected: {md(times[0] if times else '?')}",
+           f"- host{'s' if len(nodes) > 1 else ''}: {md(rd.hosts([n.name for n in nodes]))}",
+           f"- collected: {md(times[0] if times else '?')}",
            f"- tool version: vllmdiag {md(', '.join(sorted({str(s.get('vllmdiag_version')) for s in snaps})))}",
-           f"- collection took {took:.2f} s" + (f" of a {budget:g} s budget" if budget is not None else "")]
+           f"- collection took {took:.2f} s" + (f" of a {budget} budget" if budget else "")]
     if argv:
         out += ["- command:", "", *fence([" ".join(argv)])]
     blind = rd.folded_probe_problems(snaps)
@@ -86,7 +92,7 @@ def _findings(d: dict[str, Any]) -> list[str]:
     out = ["## Findings", ""]
     for f, where in rd.folded_findings(list(d.get("findings") or [])):
         out.append(f"### {md(f.get('severity'))}: {md(f.get('code'))} ({md(f.get('layer'))}, {md(where)})")
-        out += ["", md(f.get("message")), ""]
+        out += ["", md_block(f.get("message")), ""]
         book = books.get(str(f.get("code")))
         if book:
             out += [f"*Playbook:* {md(book.get('title'))}. {md(book.get('meaning'))}", ""]
@@ -161,12 +167,12 @@ def _layers(n: rd.NodeData, out: list[str]) -> list[str]:
     eps = rd.endpoints(n)
     bad = [e for e in eps if e["problem"]]
     out += ["### handshake", "", f"{len(eps)} ZMQ listeners, {len(bad)} with a problem."]
-    out += [f"- {md(e['endpoint'])}: {md(e['status'])} (held by {md(e['holders'])})" for e in bad[:50]] + [""]
+    out += [f"- {md_block(e['endpoint'])}: {md(e['status'])} (held by {md(e['holders'])})" for e in bad[:50]] + [""]
     out += ["### queue", ""] + [_ring_line(r) for r in rd.rings(n)] + [""]
     out += ["### gpu", ""]
     for c in rd.stack_classes(n):
         mark = " **culprit**" if c["culprit"] else ""
-        out.append(f"- {md(c['label'])}{mark}: {md(c.get('class'))} in {md(c.get('where'))}")
+        out.append(f"- {md_block(c['label'])}{mark}: {md(c.get('class'))} in {md(c.get('where'))}")
     for g in rd.gpus(n):
         out.append(f"- GPU {md(g.get('index'))} (ranks {md(g['ranks'])}): util {md(g.get('util_pct'))} %, "
                    f"ECC unc. {md(g.get('ecc_uncorrected_volatile'))}")
@@ -190,4 +196,4 @@ def _ring_line(r: rd.RingView) -> str:
     series = [max([int(u or 0) for u in s.get("unread") or [0]] or [0]) for s in r.samples if isinstance(s, dict)][:20]
     over = (f"; unread slots of the most-behind reader (0 to {r.max_chunks}) over {len(series)} samples: "
             f"{', '.join(map(str, series))}" if len(series) > 1 else "")
-    return f"- {md(r.role)} {md(r.name)} (writer {md(r.writer)}; {md(r.state)}): {cells}{over}"
+    return f"- {md_block(r.role)} {md(r.name)} (writer {md(r.writer)}; {md(r.state)}): {cells}{over}"

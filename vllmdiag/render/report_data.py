@@ -115,6 +115,24 @@ def fold(names: list[str]) -> str:
     return ",".join(names)
 
 
+def hosts(names: list[str], limit: int = 12) -> str:
+    """The report header's hosts as one folded node set (`gpu[00-03]`), never a long list (issue 35 item 8)."""
+    folded = fold(sorted(set(names)))
+    if len(folded) <= 200:
+        return folded
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def budget(snaps: list[dict[str, Any]]) -> str:
+    """One budget for the header: `8 s`, or a range when nodes' collectors got different shares of theirs
+    (each collector gets what its command's start left): `7.1-7.3 s`, never one entry per node."""
+    got = sorted({round(float(b), 1) for b in ((s.get("options") or {}).get("budget_s") for s in snaps)
+                  if isinstance(b, (int, float)) and not isinstance(b, bool)})
+    if not got:
+        return ""
+    return f"{got[0]:g} s" if len(got) == 1 else f"{got[0]:g}-{got[-1]:g} s"
+
+
 def folded_findings(findings: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
     """Identical findings on several nodes (same code, severity and message) shown once with the node set."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

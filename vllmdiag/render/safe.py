@@ -24,6 +24,8 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206
 _MD_BACKSLASH = re.compile(r"\\(?=[!-/:-@\[-`{-~])")  # a backslash before ASCII punctuation
 _MD_ALWAYS = re.compile(r"([`*|])")
 _MD_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
+_MD_OPENS = re.compile(r"(?<![A-Za-z0-9])_(?=\S)")  # an underscore that could open emphasis
+_MD_CLOSES = re.compile(r"(?<=\S)_(?![A-Za-z0-9])")  # ... and one that could close it
 _MD_EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _MD_BLOCK_START = re.compile(r"^(\s*)([#>+=\[-]|\d+(?=[.)]))")
 
@@ -34,17 +36,18 @@ def clean(value: Any) -> str:
     return _CONTROL.sub(_visible, text) if _CONTROL.search(text) else text
 
 
-def md_escape(value: Any) -> str:
+def md_escape(value: Any, line_start: bool = True) -> str:
     """Clean, then escape for Markdown only what Markdown would act on where it stands, so the text still
     reads as plain text in a ticket (`TP[0-6]`, `all_reduce`, `a-b`, `x>0` as they are; issue 35 item 8):
     `<` (HTML, autolinks) and an entity-like `&`; a link's `](`; `*`, backticks, `|` (table cells), `~~`
     and backslashes; `_` at a word's edge (inside a word it is no emphasis); a block marker at the start
-    (`#`, `>`, `-`, `+`, `1.`)."""
+    (`#`, `>`, `-`, `+`, `1.`) unless `line_start` is False (a value after other text on its line)."""
     text = _MD_BACKSLASH.sub(r"\\\\", clean(value))  # only where Markdown reads it as an escape
     text = _MD_ENTITY.sub("&amp;", text).replace("<", "&lt;")
     text = _MD_ALWAYS.sub(r"\\\1", text).replace("](", "]\\(").replace("~~", "\\~\\~")
-    text = _MD_EDGE_UNDERSCORE.sub(r"\\_", text)
-    return _MD_BLOCK_START.sub(_block_marker, text)
+    if _MD_OPENS.search(text) and _MD_CLOSES.search(text):  # `_a_` emphasises; `_prepare_inputs` alone does not
+        text = _MD_EDGE_UNDERSCORE.sub(r"\\_", text)
+    return _MD_BLOCK_START.sub(_block_marker, text) if line_start else text
 
 
 def _block_marker(m: re.Match[str]) -> str:
