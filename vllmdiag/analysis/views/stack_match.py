@@ -278,9 +278,26 @@ def thread_frames(threads: list[dict[str, Any]], sc: StackClass) -> list[Frame]:
     return [_frame(f) for f in (threads[0].get("frames") or [])] if threads else []
 
 
+# Functions that are one wait loop from their first line to their last: vLLM's ring reads and writes.
+# Up to 0.17 a reader busy-spins (`sched_yield <- SpinTimer.spin <- acquire_read`, state R forever) and each
+# look lands on another line of the loop or inside a helper it calls (spin, get_metadata, memory_fence,
+# Event.is_set, a log line); 0.32+ waits in SpinCondition.wait or the spinloop extension. Any of those is the
+# same wait: a stop point keeps the loop's function and drops its line and everything it called (issue 33:
+# looks on two lines of one loop read as the EngineCore moving, HEALTHY on a uniform TP=2 hang of 0.16).
+WAIT_LOOPS = frozenset({("acquire_read", "shm_broadcast.py"), ("acquire_write", "shm_broadcast.py")})
+
+
+def _wait_loop_index(frames: list[Frame]) -> int | None:
+    """The innermost frame of a known wait loop, if the thread stands in one."""
+    return next((i for i, f in enumerate(frames) if (_last(f[0]), f[1].rsplit("/", 1)[-1]) in WAIT_LOOPS), None)
+
+
 def stop_signature(threads: list[dict[str, Any]], sc: StackClass) -> tuple[Any, ...]:
     """Where the speaking thread stands, minus the waiting leaf: equal across samples = did not move."""
     frames = thread_frames(threads, sc)
+    loop = _wait_loop_index(frames)
+    if loop is not None:
+        frames = [(frames[loop][0], frames[loop][1], 0), *frames[loop + 1:]]
     i = 0
     while i < len(frames) and (_last(frames[i][0]) in WAIT_FUNCS or _globbed(frames[i][1], WAIT_FILES)):
         i += 1
