@@ -52,8 +52,9 @@ def header(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) 
     out = [f"<header class='banner {h(status)}' id='verdict'><h1><span class='status {h(status)}'>{h(status.upper())}</span>"
            f"{layer}</h1><p>{h(v.get('summary'))}</p>", culprits(v)]
     out.append(f"<dl class='meta'>{meta_rows(d, nodes, argv)}</dl></header>")
-    if v.get("evidence"):
-        out.append("<h2>Evidence</h2><ul>" + "".join(f"<li>{h(e)}</li>" for e in v["evidence"][:20]) + "</ul>")
+    evidence = rd.unsaid_evidence(v)
+    if evidence:
+        out.append("<h2>Evidence</h2><ul>" + "".join(f"<li>{h(e)}</li>" for e in evidence) + "</ul>")
     if v.get("next_steps"):
         out.append("<h2>Next read-only steps</h2>" + steps_html([str(s) for s in v["next_steps"]]))
     return "\n".join(out)
@@ -74,7 +75,9 @@ def culprits(v: dict[str, Any]) -> str:
     if not rows:
         return ""
     lines, more = limited(rows, 12)  # alike workers folded; the rest named, never dropped (issue 35 item 2)
-    items = "".join(f"<li><span class='mono culprit'>{h(c.title)}</span> on {h(c.node)}, {h(c.where)}: {h(c.reason)}</li>"
+    summary = v.get("summary")
+    items = "".join(f"<li><span class='mono culprit'>{h(c.title)}</span> on {h(c.node)}, {h(c.where)}"
+                    + ("" if rd.said(c.reason, summary) else f": {h(c.reason)}") + "</li>"
                     for c in lines) + (f"<li>{h(more)}</li>" if more else "")
     return f"<p><b>Culprit{'s' if len(rows) > 1 else ''}</b></p><ul class='culprits'>{items}</ul>"
 

@@ -42,8 +42,9 @@ def to_markdown(d: dict[str, Any], argv: list[str] | None = None) -> str:
     lines = [f"# vllmdiag: {md(v.get('status'))}" + (f" at the {md(v['layer'])} layer" if v.get("layer") else ""), "",
              md_block(v.get("summary")), ""]
     lines += _culprits(v) + _meta(d, nodes, argv)
-    if v.get("evidence"):
-        lines += ["## Evidence", ""] + [f"- {md_block(e)}" for e in v["evidence"][:20]] + [""]
+    evidence = rd.unsaid_evidence(v)  # the summary is said once (issue 35 item 8)
+    if evidence:
+        lines += ["## Evidence", ""] + [f"- {md_block(e)}" for e in evidence] + [""]
     if v.get("next_steps"):  # commands in a fence, a step that is prose as a sentence (issue 35 item 5)
         steps = [str(s) for s in v["next_steps"]]
         cmds = [s for s in steps if rd.is_command(s)]
@@ -64,7 +65,8 @@ def _culprits(v: dict[str, Any]) -> list[str]:
     out = ["## Culprits", ""]
     lines, more = culprit_lines(rows, 12)  # alike workers folded; the rest named, never dropped (issue 35 item 2)
     for c in lines:
-        out.append(f"- **{md(c.title)}** on {md(c.node)}, {c.where}: {md(c.reason)}")
+        why = "" if rd.said(c.reason, v.get("summary")) else f": {md(c.reason)}"
+        out.append(f"- **{md(c.title)}** on {md(c.node)}, {c.where}{why}")
     return out + ([f"- {md_block(more)}"] if more else []) + [""]
 
 

@@ -115,6 +115,19 @@ def fold(names: list[str]) -> str:
     return ",".join(names)
 
 
+def said(text: Any, summary: Any) -> bool:
+    """Is `text` (a culprit's reason, an evidence line) already in the summary? Then a view does not repeat it:
+    the summary once, not four times before the findings (issue 35 item 8)."""
+    core = str(text or "").strip().rstrip(".")
+    core = core.split(": ", 1)[1] if core.startswith(("straggler: ", "mismatch: ", "missing: ")) else core
+    return bool(core) and core in str(summary or "")
+
+
+def unsaid_evidence(v: dict[str, Any], limit: int = 20) -> list[Any]:
+    """The verdict's evidence less the lines its summary already says."""
+    return [e for e in v.get("evidence") or [] if not said(e, v.get("summary"))][:limit]
+
+
 def hosts(names: list[str], limit: int = 12) -> str:
     """The report header's hosts as one folded node set (`gpu[00-03]`), never a long list (issue 35 item 8)."""
     folded = fold(sorted(set(names)))

@@ -131,9 +131,9 @@ def print_steps(steps: list[str], console: Any) -> None:
 
 def _said(text: str, summary: str) -> bool:
     """Is `text` (a culprit reason, an evidence line) already in the summary? Then it is not repeated."""
-    core = text.strip().rstrip(".")
-    core = core.split(": ", 1)[1] if core.startswith("straggler: ") else core
-    return bool(core) and core in summary
+    from vllmdiag.render.report_data import said
+
+    return said(text, summary)
 
 
 def deployment_tree(dep: dict[str, Any], fold: bool = False) -> Any:
