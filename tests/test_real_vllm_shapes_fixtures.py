@@ -23,11 +23,19 @@ INDEX = json.loads((DATA / "index.json").read_text())["snapshots"] if (DATA / "i
 PENDING = pytest.mark.xfail(strict=False, reason="issue 33: analysis pending")
 BLOCKING = ("process", "handshake", "queue", "gpu")
 
-# (fixture, exit, status, layers allowed, culprit title (its pid is index.json's culprit_pid) or None)
+# (fixture, exit, status (or statuses allowed), layers allowed, culprit title (its pid is index.json's culprit_pid)
+# or None)
 VERDICTS: list[Any] = [
     # TP1 held in load_weights, TP0 loaded and waiting for READY, the API server not listening yet
     pytest.param("startup-held.json.gz", 1, "blocked", ("process", "handshake"), "VLLM::Worker_TP1",
                  id="startup-held"),
+    pytest.param("dp-idle.json.gz", 0, "healthy", (None,), None, id="dp-idle"),
+    # DP1's worker held in its forward while DP0 serves completions: DP0's tokens never vouch for DP1. On the
+    # loaded 2-core node the triage's budget cut its confirm window to 2.3 s (under the 3 s a stall needs to be
+    # called a block), so degraded is as right as blocked here; healthy, or any other culprit, is not.
+    pytest.param("dp1-held-dp0-loaded.json.gz", 1, ("blocked", "degraded"), BLOCKING, "VLLM::Worker",
+                 id="dp1-held-dp0-loaded"),
+    pytest.param("dp1-idle-dp0-loaded.json.gz", 0, "healthy", (None,), None, id="dp1-idle-dp0-loaded"),
 ]
 
 
@@ -56,11 +64,11 @@ def said(report: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize(("name", "code", "status", "layers", "title"), VERDICTS)
-def test_recorded_shape_verdict(name: str, code: int, status: str, layers: tuple[str | None, ...],
+def test_recorded_shape_verdict(name: str, code: int, status: str | tuple[str, ...], layers: tuple[str | None, ...],
                                 title: str | None, tmp_path: Path) -> None:
     rc, report = analyze(name, tmp_path)
     v = report["verdict"]
-    assert v["status"] == status, said(report)
+    assert v["status"] in ((status,) if isinstance(status, str) else status), said(report)
     assert v.get("layer") in layers, said(report)
     assert rc == code, said(report)
     culprits = v.get("culprits") or []

@@ -100,15 +100,17 @@ class RealServer:
     The shape: `tp` (tensor parallel), `dp` (data parallel, `--data-parallel-size`), `pp` (pipeline stages;
     `--compilation-config` mode 1 eager instead of `--enforce-eager`: with compilation off the CPU runner
     skips the warm-up that allocates the intermediate tensors and the first request kills the engine),
-    `api_servers` (`--api-server-count`), `model_kind` (tiny_model.py: `llama` or `mixtral`)."""
+    `api_servers` (`--api-server-count`), `model_kind` (tiny_model.py: `llama` or `mixtral`), `extra_args`
+    (appended to the command line)."""
 
     def __init__(self, tp: int, root: Path, *, dp: int = 1, pp: int = 1, api_servers: int = 1,
-                 model_kind: str = "llama") -> None:
+                 model_kind: str = "llama", extra_args: tuple[str, ...] = ()) -> None:
         self.tp = tp
         self.dp = dp
         self.pp = pp
         self.api_servers = api_servers
         self.model_kind = model_kind
+        self.extra_args = extra_args
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -164,7 +166,7 @@ class RealServer:
             shape += ["--api-server-count", str(self.api_servers)]
         return [str(ENV_DIR / "bin" / "vllm"), "serve", str(self.model), "--load-format", "dummy", *compile_args,
                 "--max-model-len", "256", "--dtype", "bfloat16", "--max-num-seqs", "8", "--host", "127.0.0.1",
-                "--port", str(self.port), *shape]
+                "--port", str(self.port), *shape, *self.extra_args]
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "VLLM", "CUDA"))}

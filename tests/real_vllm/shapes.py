@@ -11,6 +11,7 @@ pid, or None), undoing it on the way out where it can be undone. Shared by the l
 - `moe-dp2` DP=2 of a tiny Mixtral (synchronized DP ranks, `VLLM::Worker_DPn`).
 - `pp2` PP=2 (`VLLM::Worker_PP0/1`), `api2` `--api-server-count 2` (`VLLM::APIServer_0/1`).
 - `killed` TP=2 in a private /dev/shm (PrivateShmServer), then `kill -9` of its process group.
+- `ft` TP=1 with `--enable-fault-tolerance`: a model step raises, the engine pauses waiting for an instruction.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from real_vllm.server import PrivateShmServer, RealServer
 
 LEAK_AGE_S = 6.0  # the gate calls an unmapped segment younger than 5 s possibly mid-startup, not leaked
 LOAD_SLOW_S = 45.0  # the moving weight load of startup-slow: longer than a triage with its confirm window
+FT_ARGS = ("--enable-fault-tolerance", "--data-parallel-rank", "0", "--fault-tolerance-config",
+           '{"engine_recovery_timeout_sec": 600}')
 
 
 @dataclass
@@ -47,6 +50,8 @@ SHAPES: dict[str, Shape] = {
                      ["moe-idle", "moe-dp1-held"]),
     "pp2": Shape(lambda root: RealServer(1, root, pp=2), None, ["pp-idle", "pp-load", "pp-stage1-held"]),
     "api2": Shape(lambda root: RealServer(1, root, api_servers=2), None, ["api-idle", "api1-sigstop"]),
+    # vLLM's fault tolerance wants the external-LB mode (`--data-parallel-rank`) and one API server
+    "ft": Shape(lambda root: RealServer(1, root, extra_args=FT_ARGS), None, ["ft-idle", "ft-paused"]),
 }
 
 
@@ -204,6 +209,23 @@ def killed(server: RealServer) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def ft_paused(server: RealServer) -> Iterator[None]:
+    """A model step raises: with fault tolerance the EngineCore aborts the requests and waits (UNHEALTHY,
+    `run_with_fault_tolerance` in `resumed.wait`) for an instruction that never comes."""
+    trigger = server.trigger / "raise-all"
+    trigger.write_text("")
+    thread = server.send_completion_async()
+    try:
+        server.wait_holding("raise-all", timeout=120)
+        trigger.unlink()
+        thread.join(timeout=30)
+        time.sleep(SETTLE_S)
+        yield None
+    finally:
+        trigger.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
 def idle(server: RealServer) -> Iterator[None]:
     server.complete(max_tokens=4)
     time.sleep(2.0)
@@ -215,5 +237,5 @@ CONDITIONS: dict[str, Callable[[RealServer], contextlib.AbstractContextManager[i
     "dp-idle": dp_idle, "dp1-held-dp0-loaded": dp1_held_dp0_loaded, "dp1-idle-dp0-loaded": dp1_idle_dp0_loaded,
     "moe-idle": dp_idle, "moe-dp1-held": moe_dp1_held,
     "pp-idle": idle, "pp-load": pp_load, "pp-stage1-held": pp_stage1_held,
-    "api-idle": idle, "api1-sigstop": api1_sigstop, "killed": killed,
+    "api-idle": idle, "api1-sigstop": api1_sigstop, "killed": killed, "ft-idle": idle, "ft-paused": ft_paused,
 }

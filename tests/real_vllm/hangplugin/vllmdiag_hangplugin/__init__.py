@@ -16,6 +16,9 @@ trigger file exists in that directory:
   test writes it before the server starts. Content ``moving:S`` instead loads slowly but moves: for S
   seconds it reads a big file in chunks (CPU time and read bytes grow), then the load goes on.
 
+- ``raise-all`` / ``raise-dp-N``: the forward raises RuntimeError (a model step that fails: with
+  ``--enable-fault-tolerance`` the EngineCore pauses, UNHEALTHY, waiting for a recovery instruction).
+
 The forward wait is a real one inside the model step, in ``_held_in_forward``: a polling sleep
 (py-spy's innermost frame is ``_held_in_forward`` itself), or, when the trigger file says ``event``, a
 ``threading.Event.wait``. The load wait is ``_held_in_load_weights`` (polling sleep) or
@@ -153,6 +156,10 @@ def _wrap_forward(cls: Any) -> None:
     trigger_dir = os.environ[DIR_ENV]
 
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        fault = _trigger(trigger_dir, ["raise-all", f"raise-dp-{_dp_rank()}"])
+        if fault is not None:
+            _mark(trigger_dir, fault[0])
+            raise RuntimeError(f"vllmdiag test fault: {fault[0]}")
         names = _forward_triggers()
         found = _trigger(trigger_dir, names)
         if found is not None:
