@@ -115,6 +115,21 @@ def test_the_worst_deployment_answers_for_the_node() -> None:
     assert livez(v, "n:1").code == 200
 
 
+def test_an_api_server_listening_in_a_pods_namespace_counts_as_up() -> None:
+    """A DaemonSet's watcher asks no /metrics across network namespaces: the listener says the API is up."""
+    from vllmdiag.model import Snapshot
+    from vllmdiag.model.snapshot import ProbeResult
+    from vllmdiag.watch.watcher import listening_elsewhere
+
+    def snap(*servers: dict[str, Any]) -> Snapshot:
+        return Snapshot("n", "2026-12-04T00:00:00Z", "0", 0.1, {"http": ProbeResult("ok", 0.1, data={"servers": list(servers)})})
+
+    assert listening_elsewhere(snap({"pids": [7], "same_netns": False}), {7, 8})
+    assert not listening_elsewhere(snap({"pids": [7], "same_netns": True}), {7}), "here /metrics must answer"
+    assert not listening_elsewhere(snap({"pids": [9], "same_netns": False}), {7}), "another deployment's"
+    assert not listening_elsewhere(snap(), {7})
+
+
 def _get(url: str, method: str = "GET") -> tuple[int, str]:
     req = urllib.request.Request(url, method=method)
     try:

@@ -301,11 +301,20 @@ def watched(snap: Snapshot, select: dict[str, str] | None = None,
             continue
         out[f"{dep.id}@{root.get('start_time')}"] = (dep.id, dep.root_pid)
         if api is not None:
-            api[dep.id] = bool(metric_samples(snap, dep))
+            api[dep.id] = bool(metric_samples(snap, dep)) or listening_elsewhere(snap, dep.pids)
         why = progress_blind(snap, dep.pids)
         if why:
             blind[dep.id] = why
     return out, blind
+
+
+def listening_elsewhere(snap: Snapshot, pids: set[int]) -> bool:
+    """The API server listens in another network namespace (a pod's, seen from a DaemonSet): a cheap
+    pass asks no /metrics there, and vLLM listens on its HTTP port only once the engine is ready
+    (vllm-internals 3.3), so the listener is what says the API is up."""
+    servers = snap.data("http").get("servers") or []
+    return any(isinstance(s, dict) and not s.get("same_netns", True) and set(s.get("pids") or []) & pids
+               for s in servers)
 
 
 def engine_paused(report: dict[str, Any], deployment_id: str) -> bool:
