@@ -22,10 +22,16 @@ class CulpritLine:
     reason: str
     pids: list[int] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
+    # "culprit", or for a node a sweep could not read (fleet analysis' role "node"): its status, "unreachable",
+    # "timeout", "error". Such a node is not to blame for the hang: it is what the sweep could not see.
+    kind: str = "culprit"
+    members: list[str] = field(default_factory=list)  # the nodes of a not-reached line
 
     @property
     def where(self) -> str:
-        """`pid 101, rank 3` / `pids 101-108, ranks 0-7` / `no pid`."""
+        """`pid 101, rank 3` / `pids 101-108, ranks 0-7` / `no pid`; "" for nodes not reached."""
+        if self.kind != "culprit":
+            return ""
         pid = (f"pid {self.pids[0]}" if len(self.pids) == 1 else f"pids {_pid_list(self.pids)}" if self.pids else "no pid")
         if not self.ranks:
             return pid
@@ -70,6 +76,9 @@ def fold(culprits: Any) -> list[CulpritLine]:
         title, node, reason = (str(_get(c, k) or "") for k in ("title", "node", "reason"))
         title = title or str(_get(c, "role") or "?")
         pid, rank = _int(_get(c, "pid")), _int(_get(c, "rank"))
+        if _get(c, "role") == "node" and pid is None:
+            _unseen_node(lines, node, reason)
+            continue
         m = _RANKED.match(title)
         if m and pid is not None and rank is not None:
             key = (m.group(1), node, reason)
@@ -84,7 +93,24 @@ def fold(culprits: Any) -> list[CulpritLine]:
     for (prefix, _, _), line in groups.items():
         if len(line.ranks) > 1:
             line.title = f"{prefix}[{span(line.ranks)}]"
+    for line in lines:
+        if len(line.members) > 1:
+            from vllmdiag.render.report_data import fold as fold_names
+
+            line.title = line.node = fold_names(list(dict.fromkeys(line.members)))
     return [x for x in lines if not _covered(x, lines)]
+
+
+def _unseen_node(lines: list[CulpritLine], node: str, reason: str) -> None:
+    """Nodes a sweep could not read, one line per status and cause: `unreachable: nohost[1-3]` (host name does
+    not resolve), never "culprit" (issue 35 item 8). `title` and `node` are folded in `fold`."""
+    status, _, rest = reason.partition(": ")
+    cause = rest.split(": ", 1)[0]
+    for line in lines:
+        if line.kind == status and line.reason == cause:
+            line.members.append(node)
+            return
+    lines.append(CulpritLine(node, node, cause, kind=status or "unreachable", members=[node]))
 
 
 def _covered(line: CulpritLine, lines: list[CulpritLine]) -> bool:
@@ -108,4 +134,5 @@ def limited(culprits: Any, limit: int) -> tuple[list[CulpritLine], str]:
     if len(lines) <= limit:
         return lines, ""
     shown, rest = lines[:max(1, limit - 1)], lines[max(1, limit - 1):]
-    return shown, f"and {len(rest)} more: " + "; ".join(f"{x.name} on {x.node}" for x in rest)
+    return shown, f"and {len(rest)} more: " + "; ".join(x.title if x.kind != "culprit" else f"{x.name} on {x.node}"
+                                                        for x in rest)

@@ -76,10 +76,14 @@ def culprits(v: dict[str, Any]) -> str:
         return ""
     lines, more = limited(rows, 12)  # alike workers folded; the rest named, never dropped (issue 35 item 2)
     summary = v.get("summary")
+    unseen = "".join(f"<li>{h(c.kind)}: <span class='mono'>{h(c.title)}</span> ({h(c.reason)})</li>"
+                     for c in lines if c.kind != "culprit")  # nodes the sweep could not read: not blamed
+    blamed = [c for c in lines if c.kind == "culprit"]
     items = "".join(f"<li><span class='mono culprit'>{h(c.title)}</span> on {h(c.node)}, {h(c.where)}"
                     + ("" if rd.said(c.reason, summary) else f": {h(c.reason)}") + "</li>"
-                    for c in lines) + (f"<li>{h(more)}</li>" if more else "")
-    return f"<p><b>Culprit{'s' if len(rows) > 1 else ''}</b></p><ul class='culprits'>{items}</ul>"
+                    for c in blamed) + (f"<li>{h(more)}</li>" if more else "")
+    head = f"<p><b>Culprit{'s' if len(blamed) > 1 else ''}</b></p>" if blamed else "<p><b>Not reached</b></p>"
+    return f"{head}<ul class='culprits'>{items}{unseen}</ul>"
 
 
 def meta_rows(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -> str:
@@ -89,8 +93,9 @@ def meta_rows(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | Non
     versions = sorted({str(s.get("vllmdiag_version")) for s in snaps if s.get("vllmdiag_version")})
     budget = rd.budget(snaps)
     took = max((float(s.get("duration_s") or 0) for s in snaps), default=0.0)
-    blind = rd.folded_probe_problems(snaps)
-    rows = [("confidence", v.get("confidence", "?")), ("host" + ("s" if len(nodes) > 1 else ""), _hosts(nodes)),
+    blind = rd.not_seen(d, snaps)
+    names = rd.report_hosts(d, nodes)
+    rows = [("confidence", v.get("confidence", "?")), ("host" + ("s" if len(names) > 1 else ""), rd.hosts(names) or "?"),
             ("collected", " … ".join(dict.fromkeys([times[0], times[-1]])) if times else "?"),
             ("tool version", "vllmdiag " + (", ".join(versions) or "?")),
             ("command", " ".join(argv) if argv else "(not recorded)"),
@@ -98,10 +103,6 @@ def meta_rows(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | Non
     out = "".join(f"<dt>{h(k)}</dt><dd>{h(val)}</dd>" for k, val in rows)
     limits = "".join(f"<li>{h(b)}</li>" for b in blind[:30]) or "<li>every probe saw what it looked for</li>"
     return out + f"<dt>timed out / not seen</dt><dd><ul>{limits}</ul></dd>"
-
-
-def _hosts(nodes: list[rd.NodeData]) -> str:
-    return rd.hosts([n.name for n in nodes])
 
 
 def findings_section(d: dict[str, Any]) -> str:

@@ -62,8 +62,11 @@ def _culprits(v: dict[str, Any]) -> list[str]:
     rows = v.get("culprits") or []
     if not rows:
         return []
-    out = ["## Culprits", ""]
     lines, more = culprit_lines(rows, 12)  # alike workers folded; the rest named, never dropped (issue 35 item 2)
+    unseen = [c for c in lines if c.kind != "culprit"]  # nodes the sweep could not read: not blamed
+    lines = [c for c in lines if c.kind == "culprit"]
+    out = (["## Culprits", ""] if lines else []) + (["## Not reached", ""] if not lines and unseen else [])
+    out += [f"- {md(c.kind)}: **{md(c.title)}** ({md(c.reason)})" for c in unseen]
     for c in lines:
         why = "" if rd.said(c.reason, v.get("summary")) else f": {md(c.reason)}"
         out.append(f"- **{md(c.title)}** on {md(c.node)}, {c.where}{why}")
@@ -75,14 +78,15 @@ def _meta(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -
     times = sorted(str(s.get("collected_at")) for s in snaps if s.get("collected_at"))
     budget = rd.budget(snaps)
     took = max((float(s.get("duration_s") or 0) for s in snaps), default=0.0)
+    names = rd.report_hosts(d, nodes)
     out = ["## Collection", "", f"- confidence: {md((d.get('verdict') or {}).get('confidence'))}",
-           f"- host{'s' if len(nodes) > 1 else ''}: {md(rd.hosts([n.name for n in nodes]))}",
+           f"- host{'s' if len(names) > 1 else ''}: {md(rd.hosts(names) or '?')}",
            f"- collected: {md(times[0] if times else '?')}",
-           f"- tool version: vllmdiag {md(', '.join(sorted({str(s.get('vllmdiag_version')) for s in snaps})))}",
+           f"- tool version: vllmdiag {md(', '.join(sorted({str(s.get('vllmdiag_version')) for s in snaps})) or '?')}",
            f"- collection took {took:.2f} s" + (f" of a {budget} budget" if budget else "")]
     if argv:
         out += ["- command:", "", *fence([" ".join(argv)])]
-    blind = rd.folded_probe_problems(snaps)
+    blind = rd.not_seen(d, snaps)
     out += ["- timed out / not seen: " + ("; ".join(md(b) for b in blind[:30]) or "nothing, every probe saw what it looked for")]
     return out + [""]
 

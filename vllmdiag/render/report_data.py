@@ -136,6 +136,22 @@ def hosts(names: list[str], limit: int = 12) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def report_hosts(d: dict[str, Any], nodes: list[NodeData]) -> list[str]:
+    """Every host of the report: a sweep's nodes (those not reached too), else the snapshots' nodes."""
+    fleet = [str(n.get("name")) for n in d.get("nodes") or [] if isinstance(n, dict) and n.get("name")]
+    return fleet or [n.name for n in nodes]
+
+
+def not_seen(d: dict[str, Any], snaps: list[dict[str, Any]]) -> list[str]:
+    """What the report could not see: the probes that did not, and the nodes a sweep did not reach."""
+    groups: dict[str, list[str]] = {}
+    for n in d.get("nodes") or []:
+        if isinstance(n, dict) and n.get("status") not in ("ok", None):
+            cause = str(n.get("reason") or "").split(": ", 1)[0]
+            groups.setdefault(f"{n.get('status')}" + (f" ({cause})" if cause else ""), []).append(str(n.get("name")))
+    return [f"{fold(names)}: {what}" for what, names in groups.items()] + folded_probe_problems(snaps)
+
+
 def budget(snaps: list[dict[str, Any]]) -> str:
     """One budget for the header: `8 s`, or a range when nodes' collectors got different shares of theirs
     (each collector gets what its command's start left): `7.1-7.3 s`, never one entry per node."""

@@ -49,7 +49,8 @@ def plain_verdict(v: Verdict) -> Any:
     body = Text(f"{str(v.status).upper()}  layer: {v.layer}\n{v.summary}\n", style="bold")
     lines, more = culprit_lines(_seq(v.culprits), CULPRIT_LINES)
     for c in lines:
-        body.append(f"\nculprit: {c.title} on {c.node}, {c.where}: {c.reason}")
+        body.append(f"\n{c.kind}: {c.title} ({c.reason})" if c.kind != "culprit" else
+                    f"\nculprit: {c.title} on {c.node}, {c.where}: {c.reason}")
     if more:
         body.append(f"\nculprits {more}")
     for e in _seq(v.evidence)[:8]:
@@ -89,6 +90,10 @@ def verdict_panel(v: Verdict) -> Any:
     for c in lines:
         # The summary already says why; the culprit line says who, exactly (node, pid, rank). Workers
         # blamed alike are one line (`VLLM::Worker_TP[0-7]`, every pid): none is dropped (issue 35 item 2).
+        if c.kind != "culprit":  # a node the sweep could not read: said as such, not blamed
+            body.append(f"\n{c.kind}: ", style="bold")
+            body.append(f"{c.title} ({c.reason})" if c.reason else c.title)
+            continue
         body.append("\nculprit: ", style="bold")
         body.append(f" {c.title} ", style=CULPRIT_STYLE)
         body.append(f" on {c.node}, {c.where}")
