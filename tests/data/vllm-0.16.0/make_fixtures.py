@@ -101,14 +101,16 @@ def read_loop(look: str) -> list[Spec]:
     at = ("vllm", SHM, "def acquire_read(", {
         "yield": "self._read_spin_timer.spin()", "clock": "elapsed = time.monotonic() - start_time",
         "fence": "memory_fence()", "metadata": "with self.buffer.get_metadata(self.current_idx)",
-        "cancel": "if cancel is not None and cancel.is_set():"}[look])
+        "cancel": "if cancel is not None and cancel.is_set():", "sleep": "self._read_spin_timer.spin()"}[look])
     inside: dict[str, list[Spec]] = {
         "yield": [("vllm", "vllm/distributed/utils.py", "def sched_yield():", "os.sched_yield()"),
                   ("vllm", SHM, "class SpinTimer:", "sched_yield()")],
         "clock": [],
         "fence": [("vllm", SHM, "def memory_fence():", "with _memory_fence_lock:")],
         "metadata": [("vllm", SHM, "def get_metadata(", "with self.shared_memory.buf[start:end] as buf:"), ENTER],
-        "cancel": [("py", "threading.py", "def is_set(self):", "return self._flag")]}
+        "cancel": [("py", "threading.py", "def is_set(self):", "return self._flag")],
+        # VLLM_SLEEP_WHEN_IDLE=1: SpinSleepTimer sleeps 0.1 s per turn after 3 s without a read (time.sleep: no frame)
+        "sleep": [("vllm", SHM, "class SpinSleepTimer(SpinTimer):", "time.sleep(self.wait_sleep_s)")]}
     return [*inside[look], at, *DEQUEUE]
 
 
@@ -203,7 +205,7 @@ DUMPS: dict[str, tuple[str, list[Any]]] = {
     "engine-idle": ("engine", ENGINE_IDLE),
     **{f"worker-idle-spin-{k}": ("worker", [*read_loop(k), ("vllm", MPX, "def worker_busy_loop(self",
                                                               "method, args, kwargs, output_rank = self.rpc_broadcast_mq"),
-                                            *WORKER_BASE]) for k in ("yield", "clock", "metadata", "cancel")},
+                                            *WORKER_BASE]) for k in ("yield", "clock", "metadata", "cancel", "sleep")},
     "worker-held-in-forward": ("worker", [*HELD, *model_step(IN_WORKER), *WORKER_BASE]),
     "worker-in-compiled-helper": ("worker", [*RUNTIME, *TO_EMBEDDING, *model_step(IN_WORKER), *WORKER_BASE]),
     "worker-compiling-helper": ("worker", [*COMPILE, *TO_EMBEDDING, *model_step(IN_WORKER), *WORKER_BASE]),
