@@ -29,6 +29,8 @@ VERDICTS: list[Any] = [
     # TP1 held in load_weights, TP0 loaded and waiting for READY, the API server not listening yet
     pytest.param("startup-held.json.gz", 1, "blocked", ("process", "handshake"), "VLLM::Worker_TP1",
                  id="startup-held"),
+    # TP1's weight load reading a big file for 45 s (moving), TP0 waiting for it: starting, never blocked
+    pytest.param("startup-moving.json.gz", 0, "starting", (None,), None, id="startup-moving"),
     pytest.param("dp-idle.json.gz", 0, "healthy", (None,), None, id="dp-idle"),
     # DP1's worker held in its forward while DP0 serves completions: DP0's tokens never vouch for DP1. On the
     # loaded 2-core node the triage's budget cut its confirm window to 2.3 s (under the 3 s a stall needs to be
