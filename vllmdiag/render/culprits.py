@@ -63,8 +63,9 @@ def span(numbers: list[int]) -> str:
 
 
 def _pid_list(pids: list[int]) -> str:
-    """In rank order, `101-108` only when they are exactly consecutive (a gap in a span would read as a range)."""
-    return f"{pids[0]}-{pids[-1]}" if pids == list(range(pids[0], pids[0] + len(pids))) else ",".join(map(str, pids))
+    """In rank order, `101-108` only when they are exactly consecutive (a gap in a span would read as a range);
+    else separated by spaces, so a narrow view wraps between two pids, never inside one."""
+    return f"{pids[0]}-{pids[-1]}" if pids == list(range(pids[0], pids[0] + len(pids))) else " ".join(map(str, pids))
 
 
 def fold(culprits: Any) -> list[CulpritLine]:

@@ -31,10 +31,25 @@ def escape(text: Any) -> str:
     return _escape(clean(text))
 
 
+PIPED_WIDTH = 200  # stdout not a terminal and no COLUMNS: a log or a ticket, not an 80-column screen
+
+
 def make_console(file: Any = None) -> Any:
+    """The views' console. On a terminal its width; piped (a log, `| less`, a ticket) rich would assume 80
+    columns and hard-wrap every long line there, a culprit's pid list included (issue 35 item 8): piped, lines
+    are laid out at PIPED_WIDTH unless COLUMNS says otherwise, and wrap only between words."""
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(file=file, highlight=False, soft_wrap=False)
+    width = None
+    target = file if file is not None else sys.stdout
+    if not os.environ.get("COLUMNS") and not (hasattr(target, "isatty") and target.isatty()):
+        width = PIPED_WIDTH
+    console = Console(file=file, highlight=False, soft_wrap=False, width=width)
+    console.vllmdiag_piped = width is not None  # type: ignore[attr-defined]  # boxes fit their text, no padding
+    return console
 
 
 def _seq(value: Any) -> list[Any]:
@@ -75,7 +90,7 @@ def print_findings(report: Report, console: Any) -> None:
         console.print(f"[dim]{quiet} informational finding(s); -v shows them and every healthy row[/]")
 
 
-def verdict_panel(v: Verdict) -> Any:
+def verdict_panel(v: Verdict, expand: bool = True) -> Any:
     from rich.panel import Panel
     from rich.text import Text
 
@@ -108,12 +123,12 @@ def verdict_panel(v: Verdict) -> Any:
         body.append("\n\nevidence:", style="bold")
         for e in evidence[:8]:
             body.append(f"\n  - {e}")
-    return Panel(body, title="vllmdiag verdict", border_style=STATUS_STYLE.get(v.status, "white"))
+    return Panel(body, title="vllmdiag verdict", border_style=STATUS_STYLE.get(v.status, "white"), expand=expand)
 
 
 def print_verdict(v: Verdict, console: Any) -> None:
     """The verdict box, then its next steps below it (print_steps)."""
-    console.print(verdict_panel(v))
+    console.print(verdict_panel(v, expand=not getattr(console, "vllmdiag_piped", False)))
     print_steps(v.next_steps, console)
 
 
