@@ -123,7 +123,7 @@ def _unit() -> tuple[str, list[str]]:
 def test_systemd_unit_arguments_are_accepted_by_the_cli(tmp_path: Path) -> None:
     text, argv = _unit()
     assert argv[0] == "/usr/local/bin/vllmdiag" and argv[1] == "watch"
-    for key in ("CapabilityBoundingSet=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH", "NoNewPrivileges=yes",
+    for key in ("CapabilityBoundingSet=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH CAP_SYS_NICE", "NoNewPrivileges=yes",
                 "ProtectSystem=strict", "ReadWritePaths=/var/lib/vllmdiag/watch", "KillSignal=SIGTERM",
                 "MemoryMax=512M", "LimitNOFILE=4096", "TasksMax=64"):
         assert key in text.splitlines(), key
