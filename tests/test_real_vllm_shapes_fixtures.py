@@ -23,8 +23,8 @@ INDEX = json.loads((DATA / "index.json").read_text())["snapshots"] if (DATA / "i
 PENDING = pytest.mark.xfail(strict=False, reason="issue 33: analysis pending")
 BLOCKING = ("process", "handshake", "queue", "gpu")
 
-# (fixture, exit, status (or statuses allowed), layers allowed, culprit title (its pid is index.json's culprit_pid)
-# or None)
+# (fixture, exit, status (or statuses allowed), layers allowed, culprit title (its pid is index.json's culprit_pid),
+# "leftovers" (each culprit one of the /dev/shm segments the kill left), or None)
 VERDICTS: list[Any] = [
     # TP1 held in load_weights, TP0 loaded and waiting for READY, the API server not listening yet
     pytest.param("startup-held.json.gz", 1, "blocked", ("process", "handshake"), "VLLM::Worker_TP1",
@@ -32,6 +32,8 @@ VERDICTS: list[Any] = [
     # TP1's weight load reading a big file for 45 s (moving), TP0 waiting for it: starting, never blocked
     pytest.param("startup-moving.json.gz", 0, "starting", (None,), None, id="startup-moving"),
     pytest.param("dp-idle.json.gz", 0, "healthy", (None,), None, id="dp-idle"),
+    # `kill -9` of the whole process group (inside its own namespace and /dev/shm): nothing runs, leftovers only
+    pytest.param("killed.json.gz", 3, "no-deployment", (None,), "leftovers", id="killed"),
     # DP1's worker held in its forward while DP0 serves completions: DP0's tokens never vouch for DP1. On the
     # loaded 2-core node the triage's budget cut its confirm window to 2.3 s (under the 3 s a stall needs to be
     # called a block), so degraded is as right as blocked here; healthy, or any other culprit, is not.
@@ -79,6 +81,9 @@ def test_recorded_shape_verdict(name: str, code: int, status: str | tuple[str, .
         return
     meta = INDEX[name]
     assert culprits, said(report)
+    if title == "leftovers":
+        assert all(c.get("pid") is None and c.get("title") in meta["private_dev_shm"] for c in culprits), said(report)
+        return
     assert (culprits[0].get("title"), culprits[0].get("pid")) == (title, meta["culprit_pid"]), said(report)
 
 
@@ -87,3 +92,21 @@ def test_every_fixture_has_a_verdict_test() -> None:
     listed = {p.values[0] for p in VERDICTS}
     assert sorted(p.name for p in DATA.glob("*.json.gz")) == sorted(listed)
     assert sorted(INDEX) == sorted(listed)
+
+
+@PENDING
+def test_killed_deployment_leftovers_are_listed_alike_by_triage_and_gate(tmp_path: Path) -> None:
+    """Every name the kill left in the private /dev/shm (index.json, listed live) is in triage's findings, the
+    rings and CPU all-reduce buffers in its verdict, and the gate's shm_leaks check lists the same set."""
+    from vllmdiag.api import load_snapshots
+    from vllmdiag.gate.checks import check_shm_leaks
+    from vllmdiag.gate.config import GateConfig
+
+    left = sorted(INDEX["killed.json.gz"]["private_dev_shm"])
+    assert any(n.startswith("psm_") for n in left) and any("-cpushm_" in n for n in left), left
+    _, report = analyze("killed.json.gz", tmp_path)
+    findings, verdict = json.dumps(report["findings"]), json.dumps(report["verdict"])
+    assert [n for n in left if n not in findings] == [], said(report)
+    assert [n for n in left if not n.startswith("sem.") and n not in verdict] == [], said(report)
+    gate = check_shm_leaks(load_snapshots(tmp_path / "killed.json")[0], GateConfig())
+    assert sorted(str(x["name"]) for x in gate.numbers.get("segments", [])) == left, gate.reason

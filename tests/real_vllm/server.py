@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -468,11 +469,16 @@ class TwoEngines(RealServer):
         return super().stop()
 
 
+NS_INIT_TAG = "vllmdiag-ns-init"
+NS_INIT = "import os, time\nwhile True:\n    try:\n        os.wait()\n    except ChildProcessError:\n        time.sleep(0.5)"
+
+
 class PrivateShmServer(RealServer):
     """A RealServer inside its own PID + mount namespace with a private tmpfs on /dev/shm, for what a hard
     stop leaves: `kill -9` of the whole process group leaves rings, CPU all-reduce buffers and semaphores
-    there, never in the machine's /dev/shm. A holder (`sleep`, pid 1 of the namespace, its own session)
-    keeps the namespace and its /dev/shm after the deployment is gone; `run_inside` runs a command (the
+    there, never in the machine's /dev/shm. A holder (pid 1 of the namespace, its own session; it reaps the
+    killed processes as a node's init would, so no zombie stays) keeps the namespace and its /dev/shm after
+    the deployment is gone; `run_inside` runs a command (the
     tool) in the namespace, where the deployment's (or no) processes are the only ones. stop() ends the
     holder: the tmpfs goes with the namespace."""
 
@@ -482,14 +488,14 @@ class PrivateShmServer(RealServer):
         self.ns_pid: int | None = None  # the holder's pid as seen from here (nsenter's target)
 
     def start(self, wait: bool = True) -> RealServer:
-        script = "mount -t tmpfs -o size=4g,mode=1777 vllmdiag-private-shm /dev/shm && exec sleep 3600"
+        script = 'mount -t tmpfs -o size=4g,mode=1777 vllmdiag-private-shm /dev/shm && exec "$0" -c "$1" "$2"'
         self.holder = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation",
-                                        "private", "sh", "-c", script], stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
+                                        "private", "sh", "-c", script, sys.executable, NS_INIT, NS_INIT_TAG],
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and self.ns_pid is None:
             kids = _read(f"/proc/{self.holder.pid}/task/{self.holder.pid}/children").split()
-            if kids and _read(f"/proc/{kids[0]}/cmdline").startswith("sleep"):
+            if kids and NS_INIT_TAG in _read(f"/proc/{kids[0]}/cmdline"):
                 self.ns_pid = int(kids[0])
             time.sleep(0.1)
         if self.ns_pid is None:
