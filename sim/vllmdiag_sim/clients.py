@@ -1,6 +1,7 @@
 """HTTP clients that are part of a simulated deployment (started by faults, killed by `sim down`).
 
-`python -m vllmdiag_sim.clients {load|pending|stalled|schema-load|schema-stuck} PORT`
+`python -m vllmdiag_sim.clients {load|pending|stalled|schema-load|schema-stuck} PORT [DP_RANK]` (DP_RANK: every
+request pinned to that DP rank with vLLM's X-data-parallel-rank header)
 - load: back-to-back streaming completions, read to the end (healthy traffic);
 - pending: one streaming completion, read for as long as tokens come (a user waiting);
 - stalled: one endless streaming completion that is never read, so the server's Send-Q grows;
@@ -30,12 +31,16 @@ def nested_schema(depth: int) -> dict[str, Any]:
     return node
 
 
+PIN: list[int] = []  # the DP rank every request of this client goes to (X-data-parallel-rank), if any
+
+
 def request_bytes(port: int, max_tokens: int, schema: dict[str, Any] | None = None) -> bytes:
     req: dict[str, Any] = {"model": "sim", "prompt": "Hello", "max_tokens": max_tokens, "stream": True}
     if schema is not None:  # the OpenAI response_format vLLM turns into structured_outputs.json
         req["response_format"] = {"type": "json_schema", "json_schema": {"name": "out", "schema": schema}}
     body = json.dumps(req).encode()
-    head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    pin = "".join(f"X-data-parallel-rank: {r}\r\n" for r in PIN)
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{pin}"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode() + body
 
@@ -83,6 +88,7 @@ def schema_stuck(port: int) -> None:
 
 def main(argv: list[str]) -> int:
     kind, port = argv[0], int(argv[1])
+    PIN.extend(int(a) for a in argv[2:3])
     {"load": load, "pending": pending, "stalled": stalled, "schema-load": schema_load,
      "schema-stuck": schema_stuck}[kind](port)
     return 0

@@ -54,6 +54,10 @@ FAULTS: dict[str, str] = {
     "grammar-load": "back-to-back requests with a JSON schema that compiles in about a second, nothing else: "
                     "requests wait while it compiles, then stream (healthy)",
     "kv-wait": "P/D decode (kv_consumer): requests wait WAITING_FOR_REMOTE_KVS for KV the prefill never sends (#53095)",
+    "dp-rank-held": "dense DP (--dp 2+): DP rank --rank (default 1)'s worker held in its forward while the other DP "
+                    "ranks keep serving a steady load (issue 33)",
+    "dp-idle-beside-load": "dense DP (--dp 2+): DP rank --rank (default 0) serves a steady load, the other DP ranks "
+                           "idle (healthy)",
 }
 START_FAULTS = {"shm-small", "init-odd-rank"}  # in place from launch; `inject` cannot add them later
 # fault -> (status, layer, who): what a triage of the faulted deployment must answer (DESIGN.md's
@@ -89,10 +93,14 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     "grammar-stuck": ("blocked", "queue", "engine_core"),  # the EngineCore holding the grammar thread
     "grammar-load": ("healthy", None, None),  # compiles seen, and finished: no false alarm
     "kv-wait": ("degraded", "queue", "kv_producer"),  # the producer, another deployment: never the local engine
+    # the held DP rank's worker (a plain VLLM::Worker under EngineCore_DP<rank>), named as that DP rank's
+    "dp-rank-held": ("blocked", "gpu", "dp_worker"),
+    "dp-idle-beside-load": ("healthy", None, None),  # an idle DP rank beside a loaded one is no stall
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
-NEEDS_HTTP = {"healthy-load", "endpoint-gone", "engine-stuck", "client-stalled", "long-step", "healthy-slow",
+DENSE_DP = {"dp-rank-held", "dp-idle-beside-load"}  # `vllm serve --dp N` of a dense model (shape serve)
+NEEDS_HTTP = {*DENSE_DP, "healthy-load", "endpoint-gone", "engine-stuck", "client-stalled", "long-step", "healthy-slow",
               "api-killed", "grammar-stuck", "grammar-load", "kv-wait"}
 NEEDS_GROUP = {"uniform-collective", "init-odd-rank"}  # a collective needs peers: TP=1 skips it entirely
 SETTLE_S = 0.3  # after the culprit acks, give its peers time to reach their own waits
@@ -120,6 +128,8 @@ def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int |
         raise FaultError(f"{fault} needs worker processes: TP=1 runs in-process (UniProcExecutor)")
     if fault == "dp-out-of-step" and dp < 2:
         raise FaultError("dp-out-of-step needs --dp 2 or more")
+    if fault in DENSE_DP and (dp < 2 or shape != "serve" or nnodes != 1):
+        raise FaultError(f"{fault} needs a dense data-parallel deployment: `vllmdiag sim up --dp 2 --fault {fault}`")
     if fault in NEEDS_GROUP and tp == 1:
         raise FaultError(f"{fault} needs a TP group: at TP=1 vLLM skips the collective")
 
@@ -132,6 +142,12 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
     local = range(dep.node_rank * dep.tp // dep.nnodes, (dep.node_rank + 1) * dep.tp // dep.nnodes)
     if fault == "pp-stage-stuck":  # its rank is the stage that wedges
         rank = 0 if rank is None else rank
+    if fault in DENSE_DP:  # its rank is a DP rank: the held one (dp-rank-held)
+        if dep.dp < 2 or dep.shape != "serve":
+            raise FaultError(f"{fault} needs a dense data-parallel deployment: `vllmdiag sim up --dp 2`")
+        rank = (1 if fault == "dp-rank-held" else 0) if rank is None else rank
+        if not 0 <= rank < dep.dp:
+            raise FaultError(f"--rank is a DP rank here: 0..{dep.dp - 1}")
     if dep.shape == "pp":  # a rank of any stage: the global rank pp * TP + tp
         local = range(_shapes().world_size(dep))
     if dep.shape == "ray" and dep.nnodes > 1:  # the Ray driver's node steps every rank of the cluster
@@ -146,7 +162,9 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
     if fault in NEEDS_HTTP and dep.http_port is None and not (fault == "healthy-load" and dep.shape == "offline-inproc"):
         raise FaultError(f"{fault} needs the API server (node rank 0)")
     dep.fault_seq += 1
-    runtime.write_json(dep.path / "fault.json", {"seq": dep.fault_seq, "fault": fault, "rank": rank, "dp": 0})
+    # "dp": the DP rank whose EngineCore takes the fault (and acks it)
+    dp = rank if fault in DENSE_DP else 0
+    runtime.write_json(dep.path / "fault.json", {"seq": dep.fault_seq, "fault": fault, "rank": rank, "dp": dp})
     wait_for(lambda: ack_exists(dep, f"fault-{dep.fault_seq}"), "the EngineCore to take the fault")
     ACTIONS.get(fault, lambda d, r: None)(dep, rank)
 
@@ -182,10 +200,12 @@ def status(pid: int) -> str:
         return "gone"
 
 
-def start_client(dep: Deployment, kind: str) -> None:
+def start_client(dep: Deployment, kind: str, dp_rank: int | None = None) -> None:
+    """An HTTP client; ``dp_rank`` pins its requests to that DP rank (the X-data-parallel-rank header)."""
     env = {**os.environ, runtime.ENV_DIR: dep.dir}
+    pin = [] if dp_rank is None else [str(dp_rank)]
     with open(dep.path / "log.txt", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "vllmdiag_sim.clients", kind, str(dep.http_port)],
+        proc = subprocess.Popen([sys.executable, "-m", "vllmdiag_sim.clients", kind, str(dep.http_port), *pin],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
     dep.processes.append({"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(),
@@ -222,8 +242,8 @@ def _hang_with_request(dep: Deployment, ack: str) -> None:
     time.sleep(SETTLE_S)
 
 
-def _with_client(dep: Deployment, kind: str, ack: str) -> None:
-    start_client(dep, kind)
+def _with_client(dep: Deployment, kind: str, ack: str, dp_rank: int | None = None) -> None:
+    start_client(dep, kind, dp_rank)
     wait_for(lambda: ack_exists(dep, ack), f"the {kind} client")
 
 
@@ -240,6 +260,19 @@ def _grammar_load(dep: Deployment, rank: int | None) -> None:
     # one is caught in the act (held across the resample, requests waiting) and finishes in the window
     _with_client(dep, "schema-load", "client-schema-load")
     wait_for(lambda: ack_exists(dep, "grammar-compiling-2"), "the second grammar compile")
+
+
+def _dp_rank_held(dep: Deployment, rank: int) -> None:
+    """The other DP ranks serve a steady load; one request pinned to DP rank ``rank`` takes its worker(s)
+    into the forward, where they stay."""
+    for d in range(dep.dp):
+        if d != rank:
+            start_client(dep, "load", d)
+    start_client(dep, "pending", rank)
+    wait_for(lambda: all(ack_exists(dep, f"dp-rank-held-{rank}-{t}") for t in range(dep.tp)),
+             f"DP rank {rank}'s worker(s) to be held in the forward")
+    wait_for(lambda: ack_exists(dep, "client-load"), "the other DP ranks' load")
+    time.sleep(SETTLE_S)
 
 
 def send_q_bytes(local_port: int, peer_port: int) -> int:
@@ -282,6 +315,8 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "grammar-stuck": lambda d, r: _with_client(d, "schema-stuck", "grammar-compiling-1"),
     "grammar-load": _grammar_load,
     "kv-wait": lambda d, r: _hang_with_request(d, "kv-wait"),
+    "dp-rank-held": _dp_rank_held,
+    "dp-idle-beside-load": lambda d, r: _with_client(d, "load", "client-load", r),
 }
 
 

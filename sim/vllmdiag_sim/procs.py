@@ -18,6 +18,7 @@ import psutil
 
 _WORKER_RE = re.compile(r"^VLLM::Worker(?:_DP(\d+))?(?:_PP(\d+))?(?:_TP(\d+))?(?:_EP(\d+))?$")
 _ENGINE_RE = re.compile(r"^VLLM::EngineCore(?:_DP(\d+))?$")
+_API_RE = re.compile(r"^VLLM::APIServer_(\d+)$")
 _RAY_RE = re.compile(r"^ray::RayWorker(?:Proc|Wrapper)(?:\.\w+)?$")
 
 
@@ -36,6 +37,8 @@ def classify(cmdline: list[str]) -> dict[str, Any] | None:
         return info
     if m := _ENGINE_RE.match(title):
         return {"role": "engine_core", "title": title, "dp_rank": int(m[1] or 0), "rank": None}
+    if m := _API_RE.match(title):  # an API server under a manager `vllm serve` (--api-server-count > 1)
+        return {"role": "api_server_child", "title": title, "dp_rank": None, "rank": int(m[1])}
     if title == "VLLM::DPCoordinator":
         return {"role": "dp_coordinator", "title": title, "dp_rank": None, "rank": None}
     if _RAY_RE.match(title):  # a Ray actor: its rank is what it recorded (shapes.annotate)

@@ -9,6 +9,9 @@
   hold the ranks the driver places there (``ray_cluster_argv``).
 - ``pp``: `vllm serve --pipeline-parallel-size 2`: PP=2 x TP stages; workers `VLLM::Worker_PP{p}_TP{t}`,
   global rank p * TP + t, intermediate tensors sent stage to stage (`isend_tensor_dict` / `recv_object`).
+- ``dp``: `vllm serve <MoE model> -dp N --api-server-count 1`: MoE DP ranks meet in a per-step DP sync;
+  workers `VLLM::Worker_DP{d}[_TP{t}]`. (A dense model at `--dp N` is shape ``serve``: N independent
+  engines under a manager `vllm serve`, see vllm/entrypoints/cli/serve.py.)
 - ``ep``: `vllm serve -dp 2 --enable-expert-parallel --all2all-backend deepep_high_throughput`: a MoE
   model whose DP ranks step in lockstep (request waves, dummy batches) and meet every step in the DP
   sync and the DeepEP dispatch/combine of the EP group (every DP x TP rank); workers
@@ -48,7 +51,8 @@ SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-ki
                 # No worker-killed: the raylet reaps its actors at once (no zombie stays).
                 "ray": ("healthy", "healthy-load", "straggler", "collective-mismatch", "uniform-collective", "worker-stopped",
                         "worker-gone", "rpc-ring-full", "api-killed"),
-                # `vllm serve -dp N` with a DPCoordinator and the per-step DP sync of MoE models
+                # `vllm serve <MoE model> -dp N --api-server-count 1`: a DPCoordinator, workers titled
+                # Worker_DPn_TPm and the per-step DP sync of MoE models (a dense model's `--dp N` is shape serve)
                 "dp": ("healthy", "healthy-load", "dp-out-of-step", "straggler", "worker-stopped", "api-killed"),
                 # `vllm serve` in its own PID+mount namespace (a container): its init is Python (nsinit)
                 "ns": ("healthy", "healthy-load", "straggler", "api-killed"),
@@ -88,8 +92,21 @@ def validate(shape: str, fault: str, tp: int, dp: int, nnodes: int) -> None:
         raise ShapeError(f"shape {shape} supports faults {', '.join(SHAPE_FAULTS[shape])}")
 
 
+MOE_MODEL = "mistralai/Mixtral-8x7B-Instruct-v0.1"  # shapes whose DP ranks step together need a MoE model
+MOE_SHAPES = ("dp", "dp-external", "ep")
+
+
 def launch_argv(dep: Deployment, base_argv: list[str]) -> tuple[list[str], dict[str, str]]:
     """The command line and extra environment of the deployment's top process."""
+    if dep.shape in MOE_SHAPES and "serve" in base_argv:
+        base_argv = list(base_argv)
+        at = base_argv.index("serve") + 1
+        from vllmdiag_sim.vllm.config.parallel import ParallelConfig
+
+        if not ParallelConfig.is_moe_model(base_argv[at]):
+            base_argv[at] = MOE_MODEL
+        if dep.shape != "dp-external":  # one API server inside `vllm serve` (vLLM's default: one per DP rank)
+            base_argv += ["--api-server-count", "1"]
     if dep.shape in ("offline", "offline-inproc"):
         argv = [sys.executable, "-m", "vllmdiag_sim.vllm.entrypoints.llm", "--tp", str(dep.tp)]
         return argv, ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if dep.shape == "offline-inproc" else {})
@@ -181,11 +198,35 @@ def annotate(dep: Deployment, procs: list[dict[str, Any]]) -> None:
         rank, _, pid = line.partition(" ")
         if rank.isdigit() and pid.isdigit():
             ranks[int(pid)] = int(rank)
+    _dense_dp_workers(dep, procs)
     for p in procs:
         if p["role"] == "worker" and p["pid"] in ranks:
             p["rank"], p["dp_rank"] = ranks[p["pid"]], 0
         if p["role"] == "worker" and "pp_rank" in p and p.get("rank") is not None:
             p["rank"] = p.pop("pp_rank") * dep.tp + p["rank"]  # vLLM's global rank: TP fastest
+
+
+def _dense_dp_workers(dep: Deployment, found: list[dict[str, Any]]) -> None:
+    """A dense DP rank's workers carry no DP rank in their title (a lone one is plain "VLLM::Worker" for
+    good): their DP rank is their parent engine's, their rank what the worker acked once past init_device."""
+    engines = {p["pid"]: p["dp_rank"] for p in found if p["role"] == "engine_core"}
+    if len(engines) < 2:
+        return
+    titled: dict[int, tuple[int, int]] = {}
+    acks = dep.path / "acks"
+    for f in acks.glob("worker-titled-*") if acks.is_dir() else []:
+        parts = f.name.removeprefix("worker-titled-").split("-")
+        if len(parts) == 3 and all(x.isdigit() for x in parts):
+            titled[int(parts[0])] = (int(parts[1]), int(parts[2]))
+    from vllmdiag_sim import faults, procs
+
+    for p in found:
+        parent = procs.parent_pid(p["pid"]) if p["role"] == "worker" else None
+        if parent not in engines:
+            continue
+        p["dp_rank"] = engines[parent]
+        if p.get("rank") is None and faults.own_pid(p["pid"]) in titled:
+            p["rank"] = titled[faults.own_pid(p["pid"])][1]
 
 
 def wait_dp_sync(dep: Deployment, rank: int | None) -> None:

@@ -27,6 +27,11 @@ class ParallelConfig:
     all2all_backend: str = "allgather_reducescatter"
     # --kv-transfer-config (vLLM keeps it in VllmConfig.kv_transfer_config): P/D disaggregation
     kv_transfer_config: dict[str, Any] | None = None
+    # The model is a MoE (vLLM reads it from the model's config; the sim from its name, see is_moe_model).
+    # Dense DP ranks are independent engines (`reconfigure_for_independent_dp_rank`: DP size 1 inside
+    # each, workers titled without _DPn); MoE DP ranks step together and their workers say their DP rank.
+    moe: bool = False
+    api_server_count: int = 1  # --api-server-count (vLLM's default: the DP size); > 1: a manager `vllm serve`
 
     @property
     def world_size(self) -> int:
@@ -46,6 +51,11 @@ class ParallelConfig:
         return self.node_rank * self.local_world_size
 
     @property
+    def synchronized_dp(self) -> bool:
+        """DP ranks that meet every step: a MoE model's (the DP sync, the MoE dispatch)."""
+        return self.data_parallel_size > 1 and (self.moe or self.enable_expert_parallel)
+
+    @property
     def is_leader(self) -> bool:
         return self.node_rank == 0
 
@@ -60,7 +70,7 @@ class ParallelConfig:
         # (when expert parallel is on; EP rank = dp_rank * TP + tp_rank, the EP group spans DP x TP).
         tp = self.tensor_parallel_size
         parts = []
-        if self.data_parallel_size > 1:
+        if self.synchronized_dp:  # a dense DP rank runs with DP size 1 inside its engine
             parts.append(f"DP{dp_rank}")
         if self.pipeline_parallel_size > 1:
             parts.append(f"PP{rank // tp}")
@@ -72,6 +82,12 @@ class ParallelConfig:
 
     def engine_name(self, dp_rank: int) -> str:
         return f"EngineCore_DP{dp_rank}" if self.data_parallel_size > 1 else "EngineCore"
+
+    @staticmethod
+    def is_moe_model(model: str) -> bool:
+        """A model name the sim treats as a MoE (vLLM would read num_experts from its config)."""
+        name = model.lower()
+        return any(k in name for k in ("mixtral", "moe", "deepseek-v", "-a3b", "-a22b"))
 
     @staticmethod
     def sync_dp_state(dp_group: Any, has_unfinished: bool) -> bool:

@@ -33,7 +33,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     serve.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=29550)
     # Disaggregated P/D (vLLM 0.33 vllm/config/kv_transfer.py KVTransferConfig, as JSON)
     serve.add_argument("--kv-transfer-config", type=json.loads, default=None)
+    # vLLM 0.32 arg_utils: None means the DP size (one API server per DP rank); above 1, `vllm serve` is a
+    # manager only (run_multi_api_server) and VLLM::APIServer_N processes serve HTTP on one shared socket.
+    serve.add_argument("--api-server-count", "-asc", type=int, default=None)
     return parser.parse_args(argv)
+
+
+def api_server_count(args: argparse.Namespace) -> int:
+    if args.api_server_count is not None:
+        return max(1, int(args.api_server_count))
+    # External DP LB runs one API server per `vllm serve` (its own rank's); else one per DP rank.
+    return 1 if args.data_parallel_rank is not None or args.headless else args.data_parallel_size
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,10 +55,15 @@ def main(argv: list[str] | None = None) -> None:
                         enable_expert_parallel=args.enable_expert_parallel,
                         data_parallel_rank=args.data_parallel_rank, data_parallel_rpc_port=args.data_parallel_rpc_port,
                         all2all_backend=args.all2all_backend or "deepep_high_throughput",
-                        kv_transfer_config=args.kv_transfer_config)
+                        kv_transfer_config=args.kv_transfer_config, moe=ParallelConfig.is_moe_model(args.model),
+                        api_server_count=api_server_count(args))
     from vllmdiag_sim.vllm.entrypoints.openai import api_server
 
     if args.headless:
         api_server.run_headless(pc)
+    elif pc.api_server_count > 1:
+        from vllmdiag_sim.vllm.entrypoints.cli.serve import run_multi_api_server
+
+        run_multi_api_server(pc, args.model, args.host, args.port)
     else:
         api_server.run_server(pc, args.model, args.host, args.port)

@@ -30,8 +30,10 @@ logger = logging.getLogger("vllm.entrypoints.openai.api_server")
 ENGINE_READY_TIMEOUT_S = 60.0
 
 
-def launch_core_engines(pc: ParallelConfig, input_addr: str | None,
-                        output_addr: str | None) -> list[BaseProcess]:
+def launch_core_engines(pc: ParallelConfig, input_addr: str | list[str] | None,
+                        output_addr: str | list[str] | None) -> list[BaseProcess]:
+    """Fork the EngineCore(s). Each connects to every front end's input and output address (one pair per
+    API server: several when `vllm serve` is a manager)."""
     # Started before the fork so the tracker is the API server's child, as in vLLM.
     resource_tracker.ensure_running()
     ctx = multiprocessing.get_context("fork")
@@ -46,7 +48,7 @@ def launch_core_engines(pc: ParallelConfig, input_addr: str | None,
         if pc.tensor_parallel_size > 1 and pc.is_leader:
             hub = collective.listen(pc.master_port if pc.nnodes > 1 else 0)
         proc = ctx.Process(target=EngineCoreProc.run_engine_core, name=f"EngineCore_DP{dp_rank}",
-                           args=(pc, dp_rank, input_addr, output_addr, hub))
+                           args=(pc, dp_rank, as_list(input_addr), as_list(output_addr), hub))
         proc.start()
         if hub is not None:
             hub.close()
@@ -54,18 +56,27 @@ def launch_core_engines(pc: ParallelConfig, input_addr: str | None,
     return engines
 
 
+def as_list(addr: str | list[str] | None) -> list[str]:
+    return [] if addr is None else [addr] if isinstance(addr, str) else list(addr)
+
+
 def start_dp_group(pc: ParallelConfig, ctx: Any) -> ParallelConfig:
-    """DP > 1: the DP coordinator process, and one DP-group rendezvous per TP rank (served from
-    this process) for the engines' per-step DP sync."""
+    """DP > 1: the DP coordinator process; for a MoE model also one DP-group rendezvous per TP rank (served
+    from this process) for the engines' per-step DP sync. Dense DP ranks are independent engines (vLLM
+    0.32 `reconfigure_for_independent_dp_rank`): no DP group at all."""
     from vllmdiag_sim.vllm.v1.engine.coordinator import DPCoordinatorProc
 
+    ctx.Process(target=DPCoordinatorProc.run_coordinator, name="VLLM_DP_Coordinator", daemon=True).start()
+    base = runtime.deployment_dir()
+    if not pc.synchronized_dp:
+        if pc.external_dp and base is not None:
+            runtime.write_json(base / RENDEZVOUS, {"ports": []})
+        return pc
     ports = []
     for _ in range(pc.tensor_parallel_size):
         srv = collective.listen(0)
         collective.Hub(srv, pc.data_parallel_size).start()
         ports.append(srv.getsockname()[1])
-    ctx.Process(target=DPCoordinatorProc.run_coordinator, name="VLLM_DP_Coordinator", daemon=True).start()
-    base = runtime.deployment_dir()
     if pc.external_dp and base is not None:
         runtime.write_json(base / RENDEZVOUS, {"ports": ports})
     pc = dataclasses.replace(pc, dp_hub_ports=tuple(ports))
@@ -87,7 +98,7 @@ def rendezvous_from_rank0() -> tuple[int, ...]:
     deadline = time.monotonic() + ENGINE_READY_TIMEOUT_S
     while base is not None and time.monotonic() < deadline:
         data = runtime.read_json(base / RENDEZVOUS)
-        if isinstance(data, dict) and data.get("ports"):
+        if isinstance(data, dict) and isinstance(data.get("ports"), list):
             return tuple(int(p) for p in data["ports"])
         time.sleep(0.05)
     raise TimeoutError("DP rank 0 did not publish the DP group rendezvous")

@@ -43,8 +43,8 @@ def _executor_class(pc: ParallelConfig) -> type[MultiprocExecutor]:
 
 
 class EngineCoreProc:
-    def __init__(self, pc: ParallelConfig, dp_rank: int, input_addr: str | None,
-                 output_addr: str | None, hub_sock: socket.socket | None) -> None:
+    def __init__(self, pc: ParallelConfig, dp_rank: int, input_addrs: list[str],
+                 output_addrs: list[str], hub_sock: socket.socket | None) -> None:
         import_kernels()  # before the executor forks workers: they inherit the mapping
         self.pc, self.dp_rank = pc, dp_rank
         self.input_queue: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -57,23 +57,24 @@ class EngineCoreProc:
         self.pending_steps: list[tuple[str, Any]] = []
         self.model_executed = False
         self.kv_fetch_published: dict[str, int] | None = None
+        self.client_of: dict[str, int] = {}  # request id -> the front end (API server index) it came from
         if self.scheduler.connector is not None:  # vLLM: after the KV caches are registered
             self.scheduler.connector.set_xfer_handshake_metadata({})
             self._publish_kv_fetch()
-        threading.Thread(target=self.process_input_sockets, args=(input_addr,), daemon=True).start()
-        if output_addr:
-            threading.Thread(target=self.process_output_sockets, args=(output_addr,), daemon=True).start()
+        threading.Thread(target=self.process_input_sockets, args=(input_addrs,), daemon=True).start()
+        if output_addrs:
+            threading.Thread(target=self.process_output_sockets, args=(output_addrs,), daemon=True).start()
         runtime.ack(f"engine-ready-{dp_rank}")
 
     @staticmethod
-    def run_engine_core(pc: ParallelConfig, dp_rank: int, input_addr: str | None,
-                        output_addr: str | None, hub_sock: socket.socket | None) -> None:
+    def run_engine_core(pc: ParallelConfig, dp_rank: int, input_addrs: list[str],
+                        output_addrs: list[str], hub_sock: socket.socket | None) -> None:
         set_process_title(pc.engine_name(dp_rank))
-        runtime.close_inherited_listeners([a for a in (input_addr, output_addr) if a])
+        runtime.close_inherited_listeners([*input_addrs, *output_addrs])
         # MoE with DP (here: expert parallel) steps every DP rank in lockstep (vLLM's DPEngineCoreProc).
         engine_cls = DPEngineCoreProc if pc.enable_expert_parallel and pc.data_parallel_size > 1 else EngineCoreProc
         try:
-            engine = engine_cls(pc, dp_rank, input_addr, output_addr, hub_sock)
+            engine = engine_cls(pc, dp_rank, input_addrs, output_addrs, hub_sock)
         except Exception:
             logger.exception("EngineCore failed to start.")
             raise
@@ -95,6 +96,8 @@ class EngineCoreProc:
             self.scheduler.add_request(payload)
         elif kind == "ABORT":
             self.scheduler.finish_requests(payload)
+            for rid in payload:
+                self.client_of.pop(str(rid), None)
         elif kind == "SIM_FAULT":
             self.faults.apply(payload)
         elif kind in ("KICK", "RELAY"):
@@ -131,14 +134,15 @@ class EngineCoreProc:
         self.model_executor.execute_model(scheduler_output)
         return self.scheduler.update_from_output(scheduler_output)
 
-    def process_input_sockets(self, input_addr: str | None) -> None:
+    def process_input_sockets(self, input_addrs: list[str]) -> None:
         ctx, poller = zmq.Context(), zmq.Poller()
         kinds: dict[zmq.Socket, str] = {}
-        if input_addr:
+        clients: dict[zmq.Socket, int] = {}
+        for index, input_addr in enumerate(input_addrs):  # one per API server
             identity = self.dp_rank.to_bytes(2, "little")
             sock = make_zmq_socket(ctx, input_addr, zmq.DEALER, bind=False, identity=identity, linger=0)
             sock.send(json.dumps({"status": "READY", "engine_index": self.dp_rank}).encode())
-            kinds[sock] = "client"
+            kinds[sock], clients[sock] = "client", index
         if self.pc.nnodes > 1 and self.pc.is_leader:
             kinds[make_zmq_socket(ctx, f"tcp://127.0.0.1:{self.pc.master_port + 2}", zmq.PULL)] = "kick"
         if self.pc.nnodes > 1 and not self.pc.is_leader:
@@ -151,16 +155,17 @@ class EngineCoreProc:
         watch = runtime.FaultWatch()
         while True:
             for sock, _ in poller.poll(500):
-                self._decode_input(kinds[sock], sock.recv_multipart())
+                self._decode_input(kinds[sock], sock.recv_multipart(), clients.get(sock, 0))
             spec = watch.poll()
             if spec is not None:
                 self.input_queue.put(("SIM_FAULT", spec))
 
-    def _decode_input(self, kind: str, frames: list[bytes]) -> None:
+    def _decode_input(self, kind: str, frames: list[bytes], client: int = 0) -> None:
         if kind == "client" and frames[0] in REQUEST_TYPES:
             payload = json.loads(frames[1])
             if REQUEST_TYPES[frames[0]] == "ADD":
                 payload = self.preprocess_add_request(payload)
+                self.client_of[str(payload.get("request_id"))] = client
             self.input_queue.put((REQUEST_TYPES[frames[0]], payload))
         elif kind == "kick":
             self.input_queue.put(("KICK", None))
@@ -173,12 +178,19 @@ class EngineCoreProc:
             self.structured_output_manager.grammar_init(request)
         return request
 
-    def process_output_sockets(self, output_addr: str) -> None:
+    def process_output_sockets(self, output_addrs: list[str]) -> None:
         ctx = zmq.Context()
-        sock = make_zmq_socket(ctx, output_addr, zmq.PUSH, linger=4000)
+        socks = [make_zmq_socket(ctx, addr, zmq.PUSH, linger=4000) for addr in output_addrs]
         while True:
-            outputs = self.output_queue.get()
-            sock.send(json.dumps(outputs).encode())
+            by_client: dict[int, list[dict[str, Any]]] = {}
+            for out in self.output_queue.get():  # each request's tokens go back to the API server that sent it
+                rid = out.get("request_id")
+                client = self.client_of.get(str(rid), 0) if rid is not None else 0
+                if rid is not None and out.get("finished"):
+                    self.client_of.pop(str(rid), None)
+                by_client.setdefault(client if client < len(socks) else 0, []).append(out)
+            for client, outs in by_client.items():
+                socks[client].send(json.dumps(outs).encode())
 
 
 class DPEngineCoreProc(EngineCoreProc):
@@ -188,14 +200,14 @@ class DPEngineCoreProc(EngineCoreProc):
     a request while paused starts a wave; the front end relays START_DP_WAVE to the others (vLLM's
     DP coordinator does that hop)."""
 
-    def __init__(self, pc: ParallelConfig, dp_rank: int, input_addr: str | None,
-                 output_addr: str | None, hub_sock: socket.socket | None) -> None:
+    def __init__(self, pc: ParallelConfig, dp_rank: int, input_addrs: list[str],
+                 output_addrs: list[str], hub_sock: socket.socket | None) -> None:
         from vllmdiag_sim import collective
         from vllmdiag_sim.torch.distributed.distributed_c10d import StatelessProcessGroup
 
         self.engines_running, self.current_wave = False, 0
         self.dp_group = StatelessProcessGroup(collective.connect(pc.dp_engine_hub_port, dp_rank), dp_rank)
-        super().__init__(pc, dp_rank, input_addr, output_addr, hub_sock)
+        super().__init__(pc, dp_rank, input_addrs, output_addrs, hub_sock)
 
     def _process_input_queue(self) -> None:
         while not self.scheduler.has_requests() and not self.pending_steps and not self.engines_running:

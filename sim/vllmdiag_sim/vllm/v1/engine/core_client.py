@@ -16,7 +16,7 @@ from vllmdiag_sim.vllm.v1.engine.core import EngineCoreProc
 class InprocClient:
     def __init__(self, pc: ParallelConfig, hub_sock: socket.socket | None) -> None:
         # The sim's EngineCoreProc also starts its input thread, which only watches fault.json here.
-        self.engine_core = EngineCoreProc(pc, 0, None, None, hub_sock)
+        self.engine_core = EngineCoreProc(pc, 0, [], [], hub_sock)
         self.dataset, self.prompts = False, 0  # the sim's offline healthy-load
 
     def get_output(self) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from vllmdiag_sim.vllm.v1.engine.core import EngineCoreProc
 
 STEP_FAULTS = ("straggler", "collective-mismatch", "uniform-collective", "uniform-sync", "long-step", "healthy-slow",
-               "compiling", "pp-stage-stuck")
+               "compiling", "pp-stage-stuck", "dp-rank-held")
 RING_FAULTS = ("rpc-ring-full", "response-ring-full")
 
 

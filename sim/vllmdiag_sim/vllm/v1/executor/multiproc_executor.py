@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
 import queue
 import socket
 import threading
 from enum import Enum
 from typing import Any
 
-from vllmdiag_sim import collective, ringfmt
+from vllmdiag_sim import collective, ringfmt, runtime
 from vllmdiag_sim.vllm.config.parallel import ParallelConfig
 from vllmdiag_sim.vllm.distributed.device_communicators.shm_broadcast import Handle, MessageQueue
 from vllmdiag_sim.vllm.utils.system_utils import set_process_title
@@ -38,12 +39,16 @@ class WorkerProc:
         self.rank = pc.first_local_rank + local_rank
         self.worker = Worker(self.rank, pc.tensor_parallel_size, pc.pipeline_parallel_size, pp_links)
         self.worker.init_device(hub_port)
+        self.worker.model_runner.dp_rank = dp_rank  # which DP rank this worker serves (a dense one's title says not)
         if pc.dp_hub_ports:  # the DP group of this TP rank: the same TP rank of every DP rank
             self.worker.init_dp_group(collective.connect(pc.dp_hub_ports[self.rank], dp_rank), dp_rank)
         if pc.ep_hub_port:  # the EP group: every TP rank of every DP rank, EP rank = dp * TP + tp
             ep_rank, ep_size = dp_rank * pc.tensor_parallel_size + self.rank, pc.data_parallel_size * pc.tensor_parallel_size
             self.worker.init_ep_group(collective.connect(pc.ep_hub_port, ep_rank), ep_rank, ep_size)
         set_process_title("Worker", pc.worker_suffix(dp_rank, self.rank))
+        # The launcher's sign that this worker is past init_device even when its title did not change (a dense
+        # DP rank's lone worker stays plain "VLLM::Worker"): its pid as the deployment sees it, and its ranks.
+        runtime.ack(f"worker-titled-{os.getpid()}-{dp_rank}-{self.rank}")
         self.rpc_broadcast_mq = MessageQueue.create_from_handle(rpc_handle, self._rpc_reader_rank(local_rank))
         self.worker_response_mq = self._make_response_mq()
         tp_mq = None

@@ -63,6 +63,8 @@ class GPUModelRunner(KVConnectorModelRunnerMixin):
         if scheduler_output.get("dp_sync") and self.dp_comm is not None:
             self._dp_sync(len(scheduler_output.get("req_ids", [])))
         num_tokens = self._prepare_inputs(scheduler_output, targets_me(fault, "straggler", self.rank))
+        if name == "dp-rank-held":  # only the held DP rank's EngineCore puts it in its steps: every rank of it
+            self._held_in_forward(f"dp-rank-held-{self.dp_rank}-{self.rank}")
         if targets_me(fault, "compiling", self.rank):
             compile_fx("model", f"compiling-{self.rank}")  # a cold compile on this rank; peers wait in all_reduce
         if name == "uniform-collective":
@@ -119,6 +121,13 @@ class GPUModelRunner(KVConnectorModelRunnerMixin):
             runtime.ack(f"collective-mismatch-{self.rank}")
             return self.lm_head.forward(hidden)
         return self.o_proj.forward(hidden)
+
+    def _held_in_forward(self, ack: str) -> None:
+        # The model's forward never returns (the real-vLLM test plugin's _held_in_forward): a polling sleep
+        # inline, so this function is the innermost Python frame, with no collective below it.
+        runtime.ack(ack)
+        while True:
+            time.sleep(0.05)
 
     def sample_tokens(self, grammar_output: dict[str, Any] | None) -> dict[str, Any]:
         if targets_me((grammar_output or {}).get("sim_fault"), "rpc-ring-full", self.rank):
