@@ -40,6 +40,10 @@ VERDICTS: list[Any] = [
     pytest.param("dp1-held-dp0-loaded.json.gz", 1, ("blocked", "degraded"), BLOCKING, "VLLM::Worker",
                  id="dp1-held-dp0-loaded"),
     pytest.param("dp1-idle-dp0-loaded.json.gz", 0, "healthy", (None,), None, id="dp1-idle-dp0-loaded"),
+    pytest.param("moe-idle.json.gz", 0, "healthy", (None,), None, id="moe-idle"),
+    # MoE DP=2: DP1 held in its forward, DP0 waits in the first MoE layer's dispatch all-gather: the rank that
+    # never arrived is the culprit, not the one waiting
+    pytest.param("moe-dp1-held.json.gz", 1, "blocked", ("gpu",), "VLLM::Worker_DP1", id="moe-dp1-held"),
 ]
 
 
