@@ -114,3 +114,12 @@ def test_killed_deployment_leftovers_are_listed_alike_by_triage_and_gate(tmp_pat
     assert [n for n in left if not n.startswith("sem.") and n not in verdict] == [], said(report)
     gate = check_shm_leaks(load_snapshots(tmp_path / "killed.json")[0], GateConfig())
     assert sorted(str(x["name"]) for x in gate.numbers.get("segments", [])) == left, gate.reason
+
+
+def test_every_live_condition_is_judged() -> None:
+    """Every condition of every shape (tests/real_vllm/shapes.py) is judged by a live test (none unplayed)."""
+    from real_vllm import shapes
+
+    text = (Path(__file__).parent / "test_real_vllm_shapes_live.py").read_text()
+    played = {c for s in shapes.SHAPES.values() for c in s.conditions}
+    assert sorted(c for c in played if f'"{c}"' not in text) == []

@@ -124,6 +124,7 @@ class RealServer:
         self.sid: int | None = None
         self.segments: set[str] = set()
         self.started_at = 0.0
+        self.stop_wait_s = STOP_WAIT_S  # SIGTERM -> SIGKILL
         self._lock: contextlib.ExitStack | None = None
 
     # ---- life cycle -------------------------------------------------------------------------------
@@ -288,7 +289,7 @@ class RealServer:
                     for pid in self.session_pids():
                         with contextlib.suppress(OSError):
                             os.kill(pid, sig)
-                deadline = time.monotonic() + STOP_WAIT_S
+                deadline = time.monotonic() + self.stop_wait_s
                 while time.monotonic() < deadline and self._live_members():
                     if self.proc is not None:
                         self.proc.poll()

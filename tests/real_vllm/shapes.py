@@ -61,6 +61,8 @@ def start_shape(name: str, root: Path) -> RealServer:
     if shape.hold_load is not None:
         server.prepare()
         server.hold_load(*shape.hold_load)
+        # `vllm serve` waiting in wait_for_engine_startup outlives SIGTERM (seen: 30 s): SIGKILL sooner
+        server.stop_wait_s = 10.0
         return server.start(wait=False)
     return server.start()
 
