@@ -24,9 +24,13 @@ def sweep_command(
     nodes: Annotated[list[str] | None, _opt("-w", help="more nodes (ClusterShell syntax; repeatable)")] = None,
     exclude: Annotated[list[str] | None, _opt("-x", help="exclude these nodes (ClusterShell syntax, as clush -x; "
                                               "repeatable)")] = None,
+    group: Annotated[list[str] | None, _opt("-g", "--group", help="the nodes of this group (as clush -g; @GROUP too): "
+                                            "--inventory's groups, else ClusterShell's groups.conf/groups.d")] = None,
+    exclude_group: Annotated[list[str] | None, _opt("-X", help="exclude the nodes of this group (as clush -X)")] = None,
     user: Annotated[str | None, _opt("-l", help="ssh login user (as clush -l; wins over the inventory's)")] = None,
-    ssh_option: Annotated[list[str] | None, _opt("-o", help="one ssh option, Key=Value (as clush -o; repeatable); "
-                                                 "those that run commands or load config are refused")] = None,
+    ssh_option: Annotated[list[str] | None, _opt("-o", help="ssh options as clush -o takes them ('-oPort=2222 "
+                                                 "-oUser=x', or Key=Value; repeatable), split into an argv list, never "
+                                                 "a shell; those that run commands or load config are refused")] = None,
     hostfile: Annotated[Path | None, _opt("--hostfile", help="file with one node (set) per line")] = None,
     inventory: Annotated[Path | None, _opt("--inventory", help="fleet YAML: groups, per-node ssh options")] = None,
     exec_template: Annotated[str | None, _opt("--exec", help="command prefix per node, %h = node: 'kubectl exec %h --'")] = None,
@@ -35,10 +39,12 @@ def sweep_command(
     ship_py_spy: Annotated[bool, _opt("--ship-py-spy/--no-ship-py-spy", help="with --ship: bundle py-spy too")] = True,
     ship_python: Annotated[str | None, _opt("--ship-python", help="with --ship: the node's Python to run (root-owned, "
                                             "not writable by others); default: vLLM's if trusted, else /usr/bin/python3")] = None,
-    timeout: Annotated[float, _opt("--timeout", help="per-node deadline in seconds (connect + collect)")] = 20.0,
-    connect_timeout: Annotated[float, _opt("--connect-timeout", help="ssh connect timeout in seconds")] = 5.0,
+    timeout: Annotated[float, _opt("-u", "--timeout", help="per-node deadline in seconds, connect + collect (as "
+                                   "clush -u, the command timeout)")] = 20.0,
+    connect_timeout: Annotated[float, _opt("-t", "--connect-timeout", help="ssh connect timeout in seconds (as clush "
+                                           "-t)")] = 5.0,
     sweep_timeout: Annotated[float | None, _opt("--sweep-timeout", help="whole-sweep deadline in seconds")] = None,
-    fanout: Annotated[int, _opt("--fanout", help="nodes contacted at once")] = 64,
+    fanout: Annotated[int, _opt("-f", "--fanout", help="nodes contacted at once (as clush -f)")] = 64,
     gateway: Annotated[list[str] | None, _opt("--gateway", help="sweep through this ClusterShell gateway (repeatable)")] = None,
     topology: Annotated[Path | None, _opt("--topology", help="ClusterShell topology.conf: sweep through its gateways")] = None,
     strict: Annotated[str | None, _opt("--strict-host-key-checking", help="yes | no | accept-new")] = None,
@@ -89,13 +95,14 @@ def sweep_command(
     resolving = time.monotonic()
     inv = load_inventory(inventory) if inventory else None
     deadline = started + sweep_timeout if sweep_timeout is not None else None
-    names = resolve_nodes([nodeset or "", *(nodes or [])], hostfile, inv, deadline)
-    if exclude:
-        names = _without(names, resolve_nodes(list(exclude), None, inv, deadline))
+    names = resolve_nodes([nodeset or "", *(nodes or []), *_groups(group, "-g")], hostfile, inv, deadline)
+    excluded = [*(exclude or []), *_groups(exclude_group, "-X")]
+    if excluded:
+        names = _without(names, resolve_nodes(excluded, None, inv, deadline))
     resolved_s = time.monotonic() - resolving
     transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
                           ship_python=ship_python, connect_timeout_s=connect_timeout, strict_host_key_checking=strict,
-                          user=user, ssh_options=tuple(ssh_option or ()),
+                          user=user, ssh_options=split_ssh_options(ssh_option or []),
                           probes=tuple(probe or ()), enable=tuple(opt_in(enable or [])),
                           confirm_s=fit_confirm(confirm, timeout, sweep_timeout))
     tree = TreeSpec(tuple(gateway or ()), str(topology) if topology else None) if gateway or topology else None
@@ -121,6 +128,48 @@ def sweep_command(
     if save is not None:
         save_dir(result, save)
     return rc
+
+
+def _groups(names: list[str] | None, option: str) -> list[str]:
+    """clush's -g/-X GROUP: `@GROUP` (a leading @ is accepted too)."""
+    out = []
+    for name in names or []:
+        bare = name[1:] if name.startswith("@") else name
+        if not bare or any(c in bare for c in ",[]@ "):
+            raise BadInput(f"{option} {name[:80]!r}: give one group name (as clush {option} GROUP)")
+        out.append(f"@{bare}")
+    return out
+
+
+def split_ssh_options(values: list[str]) -> tuple[str, ...]:
+    """clush -o takes raw ssh arguments in one string ('-oPort=2222 -oUser=x'): split here (shlex, never a
+    shell) into single options, each checked by the inventory's allow-list (transport.Transport). A bare
+    `Key=Value` or `Key Value` is one option, as before."""
+    import shlex
+
+    out: list[str] = []
+    for value in values:
+        text = value.strip()
+        if not text.startswith("-"):
+            out.append(text)
+            continue
+        try:
+            words = shlex.split(text)
+        except ValueError as exc:
+            raise BadInput(f"-o {value[:80]!r}: cannot parse ({exc})") from None
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word == "-o" and i + 1 < len(words):
+                out.append(words[i + 1])
+                i += 2
+            elif word.startswith("-o") and len(word) > 2:
+                out.append(word)
+                i += 1
+            else:
+                raise BadInput(f"-o {value[:80]!r}: only ssh -o options (-oKey=Value); {word[:40]!r} is not one "
+                               "(the login user is -l, the port -o Port=N)")
+    return tuple(out)
 
 
 def _without(names: list[str], excluded: list[str]) -> list[str]:

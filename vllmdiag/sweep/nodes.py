@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllmdiag.errors import BadInput
 from vllmdiag.model.fleet import NODE_NAME, natural_key
@@ -68,18 +68,18 @@ def resolve_nodes(patterns: list[str], hostfile: Path | None = None, inventory: 
 
 def _expand(texts: list[str], inventory: Inventory | None, deadline: float | None) -> list[str]:
     from ClusterShell.NodeSet import NodeSet, NodeSetException
-    from ClusterShell.NodeUtils import GroupResolver, GroupSource
+    from ClusterShell.NodeUtils import GroupResolverError, GroupSourceError
 
-    resolver = GroupResolver(GroupSource("inventory", groups=dict(inventory.groups) if inventory else {}))
+    resolver = _resolver(inventory)
     total = NodeSet(resolver=resolver)
     for text in texts:
-        _check_groups(text, inventory)
+        _check_groups(text, inventory, resolver)
         if estimate_size(text) > MAX_NODES:  # ClusterShell expands ranges into sets: check before parsing
             raise BadInput(f"node set too large: more than {MAX_NODES} nodes")
         try:
             total.update(NodeSet(text, resolver=resolver))
-        except (NodeSetException, ValueError) as exc:
-            raise BadInput(f"invalid node set {text!r}: {exc}") from None
+        except (NodeSetException, GroupResolverError, GroupSourceError, ValueError) as exc:
+            raise BadInput(f"invalid node set {text!r}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
         if len(total) > MAX_NODES:
             raise BadInput(f"node set too large: more than {MAX_NODES} nodes")
         if deadline is not None:
@@ -88,21 +88,52 @@ def _expand(texts: list[str], inventory: Inventory | None, deadline: float | Non
 
 
 _GROUP = re.compile(r"@(?:[A-Za-z0-9_.+-]*:)?([A-Za-z0-9_.+*-]+)")
+_GROUP_REF = re.compile(r"@(?:[A-Za-z0-9_.+-]*:)?[A-Za-z0-9_.+*-]+")
+CLUSH_GROUPS = "ClusterShell's groups (/etc/clustershell/groups.conf, groups.d/*.yaml)"
 
 
-def _check_groups(text: str, inventory: Inventory | None) -> None:
-    """``@name`` must be a group of the inventory that names nodes: ClusterShell expands an unknown or
-    empty group to nothing, and ``sweep @typo --gate`` then passed over zero nodes (issue 25 item 5)."""
+def _resolver(inventory: Inventory | None) -> Any:
+    """The inventory's groups when --inventory is given; else ClusterShell's own resolution, as clush reads
+    `@group` (groups.conf and its groups.d YAML sources; issue 35 item 10)."""
+    if inventory is not None:
+        from ClusterShell.NodeUtils import GroupResolver, GroupSource
+
+        return GroupResolver(GroupSource("inventory", groups=dict(inventory.groups)))
+    from ClusterShell.NodeSet import std_group_resolver
+
+    return std_group_resolver()
+
+
+def _check_groups(text: str, inventory: Inventory | None, resolver: Any = None) -> None:
+    """``@name`` must be a group that names nodes: ClusterShell expands an unknown or empty group to
+    nothing, and ``sweep @typo --gate`` then passed over zero nodes (issue 25 item 5)."""
+    if inventory is None:
+        for ref in _GROUP_REF.findall(text):
+            _check_clush_group(ref, resolver)
+        return
     for name in _GROUP.findall(text):
-        if name == "*" and inventory is not None and inventory.groups:
+        if name == "*" and inventory.groups:
             continue  # ClusterShell's every group
-        if inventory is None:
-            raise BadInput(f"@{name}: a group needs --inventory (a fleet YAML with groups:)")
         if name not in inventory.groups:
             known = ", ".join(sorted(inventory.groups)[:10]) or "none"
             raise BadInput(f"@{name}: no such group in the inventory (its groups: {known})")
         if not str(inventory.groups[name]).strip():
             raise BadInput(f"@{name}: the inventory's group is empty")
+
+
+def _check_clush_group(ref: str, resolver: Any) -> None:
+    """`@rack1` or `@site:rack1` through ClusterShell's resolver: a group it does not know, or one that names
+    no node, is a usage error naming where groups come from (one line, exit 2)."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+    from ClusterShell.NodeUtils import GroupResolverError, GroupSourceError
+
+    try:
+        found = len(NodeSet(ref, resolver=resolver))
+    except (NodeSetException, GroupResolverError, GroupSourceError, ValueError, OSError) as exc:
+        raise BadInput(f"{ref}: {CLUSH_GROUPS} cannot resolve it ({str(exc).splitlines()[0][:200]})") from None
+    if not found:
+        raise BadInput(f"{ref}: no such group, or it names no node, in {CLUSH_GROUPS}; or give --inventory "
+                       "(a fleet YAML with groups:)")
 
 
 def _in_time(deadline: float) -> None:
