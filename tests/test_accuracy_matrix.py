@@ -28,7 +28,8 @@ TPS = (2, 4, 8)
 # api-killed and dp-out-of-step belong to deployment shapes (the shape rows below).
 EXPECT: dict[str, tuple[str, str | None, str | None]] = {
     fault: answer for fault, answer in EXPECTED.items()
-    if fault not in {"shm-small", "api-killed", "dp-out-of-step", "pp-stage-stuck", "ep-rank-odd", "kv-wait"}}
+    if fault not in {"shm-small", "api-killed", "dp-out-of-step", "pp-stage-stuck", "ep-rank-odd", "kv-wait",
+                     "dp-rank-held", "dp-idle-beside-load"}}
 # Faults whose TP sizes differ from TPS (TP=1 runs the model in the EngineCore: no group, no workers).
 FAULT_TPS: dict[str, tuple[int, ...]] = {"uniform-collective": (2, 4, 8), "uniform-sync": (1, 2, 4, 8),
                                          "long-step": (1, 2, 4, 8), "healthy-slow": (1, 2, 4, 8), "compiling": (2, 4, 8),
@@ -153,8 +154,15 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("pd", "healthy-load", 2, None): ("healthy", None, None),
     ("pd", "kv-wait", 1, None): EXPECTED["kv-wait"],
     ("pd", "kv-wait", 2, None): EXPECTED["kv-wait"],
+    # [dense-dp] `vllm serve --dp 2` of a dense model (shape serve): a manager, independent EngineCore_DPn each
+    # with a plain VLLM::Worker, APIServer_0/1; rank = the DP rank (held, or loaded beside an idle one)
+    ("dense-dp", "healthy", 1, None): ("healthy", None, None),
+    ("dense-dp", "healthy-load", 1, None): ("healthy", None, None),
+    ("dense-dp", "dp-idle-beside-load", 1, 0): EXPECTED["dp-idle-beside-load"],
+    ("dense-dp", "dp-rank-held", 1, 1): EXPECTED["dp-rank-held"],
+    ("dense-dp", "dp-rank-held", 1, 0): EXPECTED["dp-rank-held"],
 }
-DP_SHAPES = ("dp", "dp-external")
+DP_SHAPES = ("dp", "dp-external", "dense-dp")
 
 
 def _roots(dep: Any) -> list[int]:
@@ -177,8 +185,8 @@ def _blames_stage(c: Culprit, dep: Any, stage: int) -> bool:
 def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, accuracy_matrix: Any) -> None:
     shape, fault, tp, rank = case
     status, layer, who = SHAPE_CASES[case]
-    with Deployment.up(tp=tp, dp=2 if shape in (*DP_SHAPES, "ep") else 1, fault=fault, rank=rank, shape=shape,
-                       namespace=shape == "ns") as dep:
+    with Deployment.up(tp=tp, dp=2 if shape in (*DP_SHAPES, "ep") else 1, fault=fault, rank=rank,
+                       shape="serve" if shape == "dense-dp" else shape, namespace=shape == "ns") as dep:
         result = triage(pids=_roots(dep), budget_s=8, confirm_s=CONFIRM_S)
         v = result.report.verdict
         snap_file = tmp_path / "snap.json"
@@ -197,6 +205,9 @@ def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, 
         elif who == "kv_producer":  # no local process at all: the producer is another deployment
             ok_culprit = bool(first) and first[0].role == "kv_producer" and first[0].pid is None and not any(
                 c.role in ("engine_core", "worker") for c in v.culprits)
+        elif who == "dp_worker":  # the held DP rank's worker, known by its parent EngineCore_DP<rank>
+            ok_culprit = bool(first) and first[0].role == "worker" and first[0].pid in [
+                p["pid"] for p in dep.processes if p["role"] == "worker" and p.get("dp_rank") == rank]
         elif who == "dp_engine":
             ok_culprit = bool(first) and first[0].role == "engine_core" and first[0].pid == dep.engine_pid(dp_rank=rank or 0)
         else:

@@ -47,6 +47,10 @@ def _fault_target(dep: Deployment) -> str:
              "client": f"the HTTP client, pid {' '.join(map(str, dep.pids_by_role.get('client', []))) or '?'}"}
     if who in fixed:
         return fixed[who]
+    if who == "dp_worker":  # dense DP: --rank is the DP rank; its worker(s) are titled without it
+        held = [p for p in dep.processes if p["role"] == "worker" and p.get("dp_rank") == dep.rank]
+        return (f"DP rank {dep.rank}'s worker: " + ", ".join(f"{p['title']} pid {p['pid']}" for p in held)
+                if held else f"DP rank {dep.rank}'s worker (gone)")
     if dep.fault not in RANKED and who != "worker":
         return f"{who.replace('_', ' ')} (see `vllmdiag sim list-faults`)"
     ranked = [p for p in dep.processes if p["role"] == "worker" and p.get("rank") is not None
@@ -69,6 +73,8 @@ def up(
     nnodes: Annotated[int, typer.Option("--nnodes", help="nodes the TP group spans")] = 1,
     node_rank: Annotated[int, typer.Option("--node-rank", help="this node's rank")] = 0,
     master_port: Annotated[int | None, typer.Option("--master-port", help="leader's rendezvous port")] = None,
+    api_servers: Annotated[int | None, typer.Option("--api-server-count", help="API servers under a manager "
+                                                    "`vllm serve` (default: the DP size)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Start a deployment; returns once it is ready and the fault is in place."""
@@ -76,7 +82,8 @@ def up(
         raise BadInput(f"unknown fault {fault!r}; {did_you_mean(fault, tuple(FAULTS), '`vllmdiag sim list-faults`')}")
     try:
         dep = Deployment.up(tp=tp, dp=dp, fault=fault, rank=rank, namespace=namespace, shm_size=shm_size,
-                            port=port, nnodes=nnodes, node_rank=node_rank, master_port=master_port)
+                            port=port, nnodes=nnodes, node_rank=node_rank, master_port=master_port,
+                            api_servers=api_servers)
     except FaultError as exc:
         raise BadInput(str(exc)) from None
     _show(dep, as_json)

@@ -76,6 +76,7 @@ class Deployment:
     fault_seq: int = 0
     shape: str = "serve"  # see vllmdiag_sim.shapes
     extra_tops: list[int] = field(default_factory=list)  # processes outside the launcher's tree (raylet)
+    api_servers: int | None = None  # --api-server-count (None: vLLM's default, the DP size)
 
     # ---- views -------------------------------------------------------------------------
     @property
@@ -158,7 +159,7 @@ class Deployment:
     def up(cls, tp: int = 2, dp: int = 1, fault: str = "healthy", rank: int | None = None,
            namespace: bool = False, shm_size: str | None = None, port: int = 0, nnodes: int = 1,
            node_rank: int = 0, master_port: int | None = None, model: str = DEFAULT_MODEL,
-           shape: str = "serve") -> Deployment:
+           shape: str = "serve", api_servers: int | None = None) -> Deployment:
         faults.validate_start(fault, tp=tp, dp=dp, nnodes=nnodes, master_port=master_port, shape=shape)
         shapes.validate(shape, fault, tp, dp, nnodes)
         if fault == "shm-small":
@@ -167,7 +168,8 @@ class Deployment:
         base = state_root() / dep_id
         base.mkdir(parents=True)
         dep = cls(dep_id, str(base), tp, dp, nnodes, node_rank, master_port or 0, namespace,
-                  shm_size or ("4g" if namespace else None), fault="healthy", rank=rank, shape=shape)
+                  shm_size or ("4g" if namespace else None), fault="healthy", rank=rank, shape=shape,
+                  api_servers=api_servers)
         dep.save()
         try:
             if fault == "init-odd-rank":
@@ -207,6 +209,8 @@ class Deployment:
         argv = [sys.executable, str(BIN_VLLM), "serve", model, "--tensor-parallel-size", str(self.tp)]
         if self.dp > 1:
             argv += ["--data-parallel-size", str(self.dp)]
+        if self.api_servers is not None:
+            argv += ["--api-server-count", str(self.api_servers)]
         # Always a definite --port, as real deployments have (vLLM's default is 8000): the tool GETs
         # only the configured HTTP port, never the API server's other listeners.
         argv += ["--port", str(port or runtime.free_port())]

@@ -148,6 +148,7 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
         rank = (1 if fault == "dp-rank-held" else 0) if rank is None else rank
         if not 0 <= rank < dep.dp:
             raise FaultError(f"--rank is a DP rank here: 0..{dep.dp - 1}")
+        dep.rank = rank  # the DP rank it went to, said by `sim up` and graded by the tests
     if dep.shape == "pp":  # a rank of any stage: the global rank pp * TP + tp
         local = range(_shapes().world_size(dep))
     if dep.shape == "ray" and dep.nnodes > 1:  # the Ray driver's node steps every rank of the cluster
