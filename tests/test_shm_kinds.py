@@ -138,3 +138,20 @@ def test_both_commands_judge_one_snapshot_alike() -> None:
     assert "4 vLLM ring(s)" in gate.reason and "3 vLLM CPU all-reduce buffer(s)" in leak.message
     assert "1 multiprocessing semaphore(s) (32 B apparent)" in leak.message
     assert "4 vLLM ring(s) (664.0 MiB apparent)" in leak.message
+
+
+def test_the_gate_is_unsure_where_triage_is() -> None:
+    """Maps it could not read: both list the same segments, neither calls them surely leaked."""
+    from vllmdiag.analysis.layers.queue.ring_flow import analyze as queue_analyze
+    from vllmdiag.model import Snapshot
+
+    segs = [{"name": n, "path": f"/dev/shm/{n}", "kind": classify_name(n), "size_bytes": s, "allocated_bytes": 4096,
+             "age_s": 600.0, "mapped_by": [], "mapped_by_other": []} for n, s in LEFT.items()]
+    snap = Snapshot.from_dict({"schema_version": 1, "node": "n1", "probes": {
+        "processes": {"status": "ok", "data": {"processes": []}},
+        "shm": {"status": "ok", "data": {"segments": segs, "roots": [], "unreadable_other_pids": 3}}}})
+    (leak,) = [f for f in queue_analyze(snap, []) if f.code == "queue.shm_leaked"]
+    gate = CHECKS["shm_leaks"](snap, GateConfig())
+    assert leak.severity == "info" and "Unsure" in leak.message and not leak.culprits
+    assert gate.status == "warn" and "unsure" in gate.reason and gate.numbers["unreadable_maps"] == 3
+    assert [s["name"] for s in leak.evidence["segments"]] == [s["name"] for s in gate.numbers["segments"]]

@@ -109,6 +109,11 @@ def leftovers(segments: Iterable[Any], min_age_s: float = 0.0, torn_down: Collec
     return out
 
 
+def unseen_maps(shm: dict[str, Any]) -> int:
+    """Processes whose memory maps could not be read: "mapped by no process" is then unsure (issue 15, item 4)."""
+    return len(shm.get("unreadable_pids") or []) + int(shm.get("unreadable_other_pids") or 0)
+
+
 def by_kind(found: Iterable[dict[str, Any]]) -> str:
     """`4 vLLM ring(s) (664.0 MiB apparent), 2 vLLM CPU all-reduce buffer(s) (8.0 MiB apparent), ...`"""
     counts: dict[str, list[int]] = {}

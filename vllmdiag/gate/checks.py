@@ -19,7 +19,7 @@ from vllmdiag.gate.config import GateConfig
 from vllmdiag.gate.result import CheckResult, result
 from vllmdiag.gate.shm_sizing import human_bytes, ring_bytes
 from vllmdiag.model import Snapshot
-from vllmdiag.shm_names import by_kind, leftovers
+from vllmdiag.shm_names import by_kind, leftovers, unseen_maps
 
 Check = Callable[[Snapshot, GateConfig], CheckResult]
 
@@ -70,9 +70,15 @@ def check_shm_leaks(snap: Snapshot, cfg: GateConfig) -> CheckResult:
         return result(name, "pass", "no unmapped vLLM rings, CPU all-reduce buffers, nccl-/vllm_* segments or "
                       "multiprocessing semaphores in /dev/shm", **numbers)
     names = ", ".join(s.get("name") or s.get("path", "?") for s in leaked[:5]) + (" ..." if len(leaked) > 5 else "")
-    return result(name, "fail", f"{len(leaked)} segment(s) mapped by no process hold {human_bytes(allocated)} "
-                  f"({human_bytes(total)} apparent; {by_kind(leaked)}): {names}; leftovers of a killed run "
-                  "(llm-d #352, vllm #51579); remove them once no vLLM runs", **numbers)
+    said = (f"{len(leaked)} segment(s) mapped by no process hold {human_bytes(allocated)} ({human_bytes(total)} "
+            f"apparent; {by_kind(leaked)}): {names}")
+    unseen = unseen_maps(snap.data("shm"))
+    if unseen:  # as triage says it: a process whose maps we could not read may still use them
+        return result(name, "warn", f"{said}; unsure: the memory maps of {unseen} process(es) could not be read "
+                      "(permission denied), so some may still be in use; run as root to know", unreadable_maps=unseen,
+                      **numbers)
+    return result(name, "fail", f"{said}; leftovers of a killed run (llm-d #352, vllm #51579); remove them once "
+                  "no vLLM runs", **numbers)
 
 
 def check_stale_sockets(snap: Snapshot, cfg: GateConfig) -> CheckResult:

@@ -15,7 +15,7 @@ from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.ring_roles import MiB, RingRole, ring_roles
 from vllmdiag.model import Culprit, Finding, Snapshot
-from vllmdiag.shm_names import by_kind, leftovers, segment_kind
+from vllmdiag.shm_names import by_kind, leftovers, segment_kind, unseen_maps
 
 LAYER = "queue"
 CODES = ("queue.ring_full", "queue.reader_lagging", "queue.response_unread", "queue.readers_all_behind",
@@ -160,7 +160,7 @@ def _shm_health(snap: Snapshot, deployments: list[Deployment], roles: list[RingR
                             f"mapped by no process, {int(s.get('allocated_bytes') or 0) / MiB:.1f} MiB held, "
                             f"{float(s.get('age_s') or 0):.0f} s old") for s in leaked[:4]]
         # "Mapped by no process" holds only if every process's maps could be read (issue 15, item 4).
-        unseen = len(shm.get("unreadable_pids") or []) + int(shm.get("unreadable_other_pids") or 0)
+        unseen = unseen_maps(shm)
         evidence["unreadable_maps"] = unseen
         blind_note = (f" Unsure: the memory maps of {unseen} process(es) could not be read (permission denied), "
                       "so some of these may still be in use.") if unseen else ""
