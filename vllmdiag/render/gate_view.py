@@ -10,14 +10,13 @@ STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 def render_node(node: Any, console: Any = None) -> None:
     """One node's checks (a ``gate.result.NodeGateResult``)."""
-    from rich.console import Console
     from rich.table import Table
 
     from vllmdiag.render.safe import sanitize_report
-    from vllmdiag.render.text import escape
+    from vllmdiag.render.text import escape, make_console
 
     node = sanitize_report(node)  # reasons quote node names, paths and remote answers (issue 15, item 8)
-    console = console or Console()
+    console = console or make_console()  # piped (CI logs): not hard-wrapped at 80 columns
     table = Table(title=f"vllmdiag gate: {escape(node.node)}", title_justify="left", expand=False)
     table.add_column("check")
     table.add_column("status")
@@ -43,7 +42,7 @@ def gate_line(node: Any) -> str:
     if failed:
         return f"[bold red]GATE FAILED[/]: required check(s) failed: {escape(', '.join(failed))}"
     if unseen:
-        names = "; ".join(f"{c.name} ({c.reason[:120]})" for c in unseen)
+        names = "; ".join(f"{c.name} ({c.reason.rstrip('; ')})" for c in unseen)
         return (f"[bold magenta]GATE NOT PROVEN[/]: no required check failed, but {len(unseen)} required check(s) "
                 f"could not look: {escape(names)}; {counts['warn']} warning(s). Where they cannot apply (no GPU), "
                 "list them under `skip:` in the gate config (`vllmdiag gate --default-config`)")
