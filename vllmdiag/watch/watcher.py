@@ -84,13 +84,14 @@ class Watcher:
         now = time.monotonic()
         self._blind(snap)
         api: dict[str, bool] = {}
-        seen, blind = watched(snap, self.cfg.select, api)
+        clients: dict[str, frozenset[str]] = {}
+        seen, blind = watched(snap, self.cfg.select, api, clients)
         within = {p.deployment_id: p for p in deployment_progress([snap])}
         across = {p.deployment_id: p for p in deployment_progress([self.prev[0], snap])} if self.prev else {}
         with self._lock:
             self.node, self.pass_s, self.passes = snap.node, now - start, self.passes + 1
             events = self.tracker.observe(seen, within, across, now, self.prev[1] if self.prev else None, blind,
-                                          api)
+                                          api, clients)
         self.prev = (snap, now)
         self._textfile()
         if events:
@@ -283,11 +284,12 @@ def deployment_keys(snap: Snapshot, select: dict[str, str] | None = None) -> dic
     return watched(snap, select)[0]
 
 
-def watched(snap: Snapshot, select: dict[str, str] | None = None,
-            api: dict[str, bool] | None = None) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
+def watched(snap: Snapshot, select: dict[str, str] | None = None, api: dict[str, bool] | None = None,
+            clients: dict[str, frozenset[str]] | None = None) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
     """The deployments to watch (as ``deployment_keys``), and for those the pass could not see
     move: deployment id -> what it could not read and the fix (they are ``unknown``, never idle).
-    ``api``, when given, is filled with deployment id -> its API server answered /metrics (/readyz)."""
+    ``api``, when given, is filled with deployment id -> its API server answered /metrics (/readyz);
+    ``clients`` with deployment id -> the client connections open on its HTTP port (requests in flight)."""
     from vllmdiag.analysis.views.coverage import progress_blind
     from vllmdiag.analysis.views.deployments import find_deployments
     from vllmdiag.analysis.views.progress import metric_samples
@@ -302,10 +304,27 @@ def watched(snap: Snapshot, select: dict[str, str] | None = None,
         out[f"{dep.id}@{root.get('start_time')}"] = (dep.id, dep.root_pid)
         if api is not None:
             api[dep.id] = bool(metric_samples(snap, dep)) or listening_elsewhere(snap, dep.pids)
+        if clients is not None:
+            clients[dep.id] = http_clients(snap, dep.pids)
         why = progress_blind(snap, dep.pids)
         if why:
             blind[dep.id] = why
     return out, blind
+
+
+def http_clients(snap: Snapshot, pids: set[int]) -> frozenset[str]:
+    """Client connections (local>remote) established on the deployment's API HTTP ports, from the
+    sockets probe's table (cheap: no request is sent)."""
+    ports = {s.get("port") for s in snap.data("http").get("servers") or []
+             if isinstance(s, dict) and set(s.get("pids") or []) & pids}
+    out = set()
+    for t in snap.data("sockets").get("tcp") or []:
+        if not isinstance(t, dict) or t.get("state") != "ESTABLISHED" or not set(t.get("pids") or []) & pids:
+            continue
+        local = str(t.get("local", ""))
+        if local.rpartition(":")[2].isdigit() and int(local.rpartition(":")[2]) in ports:
+            out.add(f"{local}>{t.get('remote')}")
+    return frozenset(out)
 
 
 def listening_elsewhere(snap: Snapshot, pids: set[int]) -> bool:
