@@ -61,4 +61,6 @@ def did_you_mean(word: str, choices: list[str] | tuple[str, ...], listing: str) 
     import difflib
 
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+    ratio = {c: difflib.SequenceMatcher(None, word, c).ratio() for c in close}
+    close = [c for c in close if ratio[c] >= ratio[close[0]] - 0.05]  # the near ties only, best first
     return f"did you mean {' or '.join(close)}? ({listing} lists them all)" if close else f"{listing} lists them"
