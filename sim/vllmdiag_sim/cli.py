@@ -103,6 +103,9 @@ def inject(
         dep.inject(fault, rank)
     except FaultError as exc:
         raise BadInput(str(exc)) from None
+    except TimeoutError:  # one fault per deployment: a process already held by one never takes the next
+        raise BadInput(f"deployment {dep_id}: the fault {fault!r} was not taken in time (it holds "
+                       f"{dep.fault!r} already?); `vllmdiag sim down {dep_id}` and `sim up --fault {fault}`") from None
     _show(dep, False)
 
 

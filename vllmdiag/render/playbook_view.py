@@ -31,5 +31,6 @@ def show_playbook(code: str, book: dict[str, Any], console: Any = None) -> None:
             for item in items:
                 # {curl_api}: triage fills in the deployment's own API server; here, what to fill in.
                 item = item.replace(API, UNKNOWN_API) if key == "confirm" else item
-                console.print(("  $ " if key == "confirm" else "  - ") + escape(item))
+                # A command on one physical line (soft wrap): pasted, it runs whole (issue 35 item 5).
+                console.print(("  $ " if key == "confirm" else "  - ") + escape(item), soft_wrap=key == "confirm")
             console.print()
