@@ -44,6 +44,10 @@ VERDICTS: list[Any] = [
     # MoE DP=2: DP1 held in its forward, DP0 waits in the first MoE layer's dispatch all-gather: the rank that
     # never arrived is the culprit, not the one waiting
     pytest.param("moe-dp1-held.json.gz", 1, "blocked", ("gpu",), "VLLM::Worker_DP1", id="moe-dp1-held"),
+    pytest.param("pp-idle.json.gz", 0, "healthy", (None,), None, id="pp-idle"),
+    # PP=2 under load: two batches in flight (step_with_batch_queue), the stages take turns: healthy
+    pytest.param("pp-load.json.gz", 0, "healthy", (None,), None, id="pp-load"),
+    pytest.param("pp-stage1-held.json.gz", 1, "blocked", BLOCKING, "VLLM::Worker_PP1", id="pp-stage1-held"),
 ]
 
 
