@@ -7,6 +7,8 @@ the reason (`tests/real_vllm/build-env.sh` builds it).
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -84,6 +86,7 @@ def serve_shape(name: str) -> Iterator[RealServer]:
     """A server in one of issue 33's shapes (tests/real_vllm/shapes.py), stopped and checked like _serve's."""
     root = make_root(1)
     server: RealServer | None = None
+    t0 = time.monotonic()
     try:
         server = shapes.start_shape(name, root)
         yield server
@@ -91,5 +94,9 @@ def serve_shape(name: str) -> Iterator[RealServer]:
         notes = server.stop() if server is not None else []
         left = server.session_pids() if server is not None else []
         remove_root(root)
+        if server is not None:
+            # the shape's cost, without the wait for another run's server (shown with pytest -s)
+            print(f"\n[real vLLM shape {name}: waited {server.lock_wait_s:.0f} s for the lock, then "
+                  f"{time.monotonic() - t0 - server.lock_wait_s:.0f} s from start to stopped]", file=sys.stderr)
         assert not [n for n in notes if n.startswith("left running")], notes
         assert not [p for p in left if _alive(p)], f"processes of our vllm serve left: {left}"

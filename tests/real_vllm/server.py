@@ -125,6 +125,7 @@ class RealServer:
         self.segments: set[str] = set()
         self.started_at = 0.0
         self.stop_wait_s = STOP_WAIT_S  # SIGTERM -> SIGKILL
+        self.lock_wait_s = 0.0  # how long start() waited for another run's server (not this one's cost)
         self._lock: contextlib.ExitStack | None = None
 
     # ---- life cycle -------------------------------------------------------------------------------
@@ -133,7 +134,9 @@ class RealServer:
         a test holds on purpose never answers: it waits for the plugin's `holding-*` marker instead)."""
         self.prepare()
         self._lock = contextlib.ExitStack()
+        waited = time.monotonic()
         self._lock.enter_context(real_vllm_lock())
+        self.lock_wait_s = time.monotonic() - waited
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=self._env(), cwd=str(self.root), start_new_session=True)
