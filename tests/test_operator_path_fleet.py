@@ -32,6 +32,9 @@ def test_fleet_report_and_terminal_read_right(tmp_path: Path) -> None:
     out = _cli("demo", "--fleet", "--nodes", "4", "--report", str(md), columns=80)
     assert out.returncode == 1 and "demo FOUND" in out.stdout, out.stdout[-3000:] + out.stderr
     steps = [line for line in out.stdout.splitlines() if line.startswith("  $ ")]
+    sweep = [s for s in steps if s.startswith("  $ vllmdiag sweep ")]  # the demo's own command, whole too
+    assert len(sweep) == 1 and sweep[0].endswith("-m vllmdiag'"), steps
+    steps.remove(sweep[0])
     assert steps and all(re.search(r"-- (py-spy|nvidia-smi|dmesg)", s) for s in steps), steps  # whole commands
     text = md.read_text()
     header = text.split("## Collection")[1].split("##")[0]

@@ -62,8 +62,16 @@ def check_fault(fault: str, tp: int, rank: int | None) -> None:
         raise BadInput(f"fault {fault} has no expected answer in vllmdiag_sim/faults.py EXPECTED: cannot grade it")
 
 
-def say(console: Any, text: str) -> None:
+def say(console: Any, text: str, command: list[str] | None = None) -> None:
+    """One line of the demo's story; a command it names goes on a line of its own, whole (soft wrap: a
+    narrow terminal folds it on screen, a copy is one line; issue 35 item 5)."""
     console.print(f"[bold cyan]demo[/] {text}", highlight=False)
+    if command:
+        import shlex
+
+        from rich.text import Text
+
+        console.print(Text("  $ ", style="dim") + Text(shlex.join(command), style="cyan"), soft_wrap=True)
 
 
 def demo(fault: str = "straggler", tp: int = 4, rank: int | None = None, report: Path | None = None,

@@ -132,8 +132,8 @@ def _sweep(console: Any, names: list[str], template: str) -> Any:
 
     remote = f"{sys.executable} -m vllmdiag"
     folded = str(NodeSet.fromlist(names))
-    say(console, f"sweeping, as `vllmdiag sweep '{folded}' --exec '{template}' --remote-cmd '{remote}'` would "
-                 "(ClusterShell exec worker; on a real fleet: ssh, or --exec 'kubectl exec %h --') ...")
+    say(console, "sweeping, as this command would (ClusterShell exec worker; on a real fleet: ssh, or --exec "
+                 "'kubectl exec %h --') ...", ["vllmdiag", "sweep", folded, "--exec", template, "--remote-cmd", remote])
     from vllmdiag.api import DEFAULT_CONFIRM_S
 
     transport = Transport(exec_template=template, remote_cmd=remote, confirm_s=DEFAULT_CONFIRM_S)
