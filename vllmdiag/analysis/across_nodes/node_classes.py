@@ -194,7 +194,9 @@ def fleet_verdict(views: list[NodeView], classes: list[NodeClass],
     if not views:
         return Verdict(status="no-deployment", summary="No node to analyse.")
     counted = [v for v in views if v.verdict.status != "no-deployment"] or views
-    worst = max(counted, key=lambda v: v.rank)
+    # Of nodes equally bad, one that names a culprit leads (the engine's node of a multi-node group waits
+    # for a rank that another node's verdict names: that node says what is wrong).
+    worst = max(counted, key=lambda v: (v.rank, any(c.pid is not None for c in v.verdict.culprits)))
     lines = [c.text if c.status not in ("healthy", "no-deployment") else f"{c.nodes} {c.status}" for c in classes]
     if worst.verdict.status in ("healthy", "no-deployment"):
         status = worst.verdict.status

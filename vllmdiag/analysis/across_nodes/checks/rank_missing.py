@@ -16,11 +16,12 @@ def check(group: RankGroup, failed_nodes: dict[str, str], empty_nodes: list[str]
     """Findings over the union of the group's ranks; ``failed_nodes`` maps unanswered nodes to why;
     ``empty_nodes`` answered the sweep and run no vLLM at all (where a missing node-rank presumably ran)."""
     present: dict[tuple[int, int, int], set[int]] = {}
-    size = 0
+    size = max((int(m.deployment.configured.get("tp") or 0) for m in group.members), default=0)
     for m in group.members:
-        size = max(size, m.deployment.configured.get("tp", 0))
         for w in m.deployment.workers:
-            ranks = w.get("ranks") or {}
+            ranks = dict(w.get("ranks") or {})
+            if "tp" not in ranks and "pp" in ranks and size <= 1:
+                ranks["tp"] = 0  # PP without TP: `VLLM::Worker_PPn` is TP rank 0 of stage n
             if "tp" in ranks and w.get("state") not in ("Z", "X"):
                 present.setdefault((ranks.get("dp", 0), ranks.get("pp", 0), ranks.get("pcp", 0)), set()).add(int(ranks["tp"]))
     head = min(group.members, key=lambda m: (m.node_rank if m.node_rank is not None else 1 << 30, m.node))
@@ -31,18 +32,23 @@ def check(group: RankGroup, failed_nodes: dict[str, str], empty_nodes: list[str]
         missing = [r for r in range(max(size, max(tps) + 1)) if r not in tps]
         if missing:
             out.append(_missing(group, head, key, missing, unseen, failed_nodes, empty_nodes or []))
+    stages = max((int(m.deployment.configured.get("pp") or 1) for m in group.members), default=1)
+    gone = [p for p in range(stages) if present and p not in {k[1] for k in present}]
+    if gone:  # a whole pipeline stage on no node (PP across the nodes: a node's share is its stage)
+        out.append(_missing(group, head, (0, -1, 0), gone, unseen, failed_nodes, empty_nodes or []))
     return out
 
 
 def _missing(group: RankGroup, head: Member, key: tuple[int, int, int], missing: list[int], unseen: list[int],
              failed: dict[str, str], empty: list[str]) -> Finding:
-    where = "" if key == (0, 0, 0) else f" (DP{key[0]} PP{key[1]})"
+    unit = "PP" if key[1] < 0 else "TP"  # key (0, -1, 0): whole pipeline stages missing
+    where = "" if key[1] < 0 or key == (0, 0, 0) else f" (DP{key[0]} PP{key[1]})"
     ranks = ",".join(map(str, missing))
     suspects = sorted(failed)
     if suspects:
         blame = suspects[0] if len(suspects) == 1 else "one of " + ",".join(suspects)
         code, severity = "fleet.ranks_unseen", "warning"
-        message = (f"TP group {group.key}{where} on {','.join(group.nodes)}: ranks TP{ranks} not seen; "
+        message = (f"{unit} group {group.key}{where} on {','.join(group.nodes)}: ranks {unit}{ranks} not seen; "
                    f"they are presumably on {blame}, which did not answer ({failed[suspects[0]]}).")
         reason = "node did not answer; its ranks cannot be checked"
     else:
@@ -51,7 +57,7 @@ def _missing(group: RankGroup, head: Member, key: tuple[int, int, int], missing:
         nodes_hint = f" node-rank(s) {','.join(map(str, unseen))} not found on any swept node;" if unseen else ""
         home = ""
         reason = "worker rank missing across the whole multi-node group"
-        homes = _homes(group, missing)
+        homes = _homes(group, [_global(group, key, r) for r in missing])
         if homes and not unseen:
             # Every node-rank answered: the missing TP rank belongs to a node-rank's share (ranks are laid out
             # node by node), and that node runs its `vllm serve` without the worker.
@@ -66,22 +72,35 @@ def _missing(group: RankGroup, head: Member, key: tuple[int, int, int], missing:
                     "(the headless `vllm serve` and its workers) presumably died there;")
             if len(empty) == len(unseen) == 1:
                 blame, reason = empty[0], f"{reason}; {empty[0]} runs no vLLM (its share presumably died)"
-        message = (f"TP group {group.key}{where} on {','.join(group.nodes)}: worker rank(s) TP{ranks} missing "
+        message = (f"{unit} group {group.key}{where} on {','.join(group.nodes)}: worker rank(s) {unit}{ranks} missing "
                    f"on every node;{nodes_hint}{home} each node saw only its own share.")
-    culprits = [Culprit(node=blame, pid=None, role="worker", rank=r, title=f"VLLM::Worker_TP{r}", reason=reason)
+    culprits = [Culprit(node=blame, pid=None, role="worker", rank=r, title=f"VLLM::Worker_{unit}{r}", reason=reason)
                 for r in missing]
-    evidence: dict[str, Any] = {"group": group.key, "nodes": group.nodes, "missing_tp_ranks": missing,
+    evidence: dict[str, Any] = {"group": group.key, "nodes": group.nodes, f"missing_{unit.lower()}_ranks": missing,
                                 "unseen_node_ranks": unseen, "unanswered_nodes": suspects,
                                 "answered_without_vllm": empty[:16]}
     return Finding(code=code, layer="process", severity=severity, node=head.node, message=message, pids=[],
                    evidence=evidence, deployment=head.deployment.id, culprits=culprits)
 
 
+def _sizes(group: RankGroup) -> tuple[int, int]:
+    tp = max((int(m.deployment.configured.get("tp") or 1) for m in group.members), default=1)
+    return tp, max((int(m.deployment.configured.get("pp") or 1) for m in group.members), default=1)
+
+
+def _global(group: RankGroup, key: tuple[int, int, int], rank: int) -> int:
+    """World rank of TP rank ``rank`` of stage key[1] (TP fastest, then PP), or of stage ``rank`` itself
+    for a whole stage missing (key[1] < 0: its TP rank 0)."""
+    tp, _ = _sizes(group)
+    return rank * tp if key[1] < 0 else key[1] * tp + rank
+
+
 def _homes(group: RankGroup, missing: list[int]) -> list[str]:
-    """Nodes whose node-rank holds the missing TP ranks, for a plain TP group laid out node by node
-    (node-rank R runs TP ranks R*per .. R*per+per-1); [] when PP or DP make the layout ambiguous."""
-    size = max((int(m.deployment.configured.get("tp") or 0) for m in group.members), default=0)
-    if any(int(m.deployment.configured.get(k) or 1) > 1 for m in group.members for k in ("pp", "dp")):
+    """Nodes whose node-rank holds the missing world ranks, laid out node by node (node-rank R runs world
+    ranks R*per .. R*per+per-1, TP fastest, then PP); [] when DP makes the layout ambiguous."""
+    tp, pp = _sizes(group)
+    size = tp * pp
+    if any(int(m.deployment.configured.get("dp") or 1) > 1 for m in group.members):
         return []
     if size < group.nnodes or size % group.nnodes:
         return []
