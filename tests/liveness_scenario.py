@@ -164,6 +164,8 @@ def _hang(server: Any, live: Probe, ready: Probe, out: Path, m: dict[str, Any], 
             return True
 
         first_live = live.wait_for(saved_first, 150)
+        if first_live is not None:  # held on until the kubelet would act (failureThreshold in a row)
+            live.wait_for(lambda _r: live.fired(hung) is not None, (live.failure_threshold + 1) * live.period_s + 5)
         first_ready = ready.first_failure(hung)
         fired = live.fired(hung)
         m["readyz_503_after_hang_s"] = round(first_ready.at - hung, 2) if first_ready else None
