@@ -50,6 +50,27 @@ def test_triage_says_when_the_watcher_saw_the_stall_begin(tmp_path: Path) -> Non
     assert "it was running at the watcher's last change" in moved[0]
 
 
+def test_a_stalled_deployment_that_went_away_is_still_remembered(tmp_path: Path) -> None:
+    """The kubelet restarted it (or a person did): triage after the restart still learns the onset."""
+    from vllmdiag.analysis.views.progress import Progress
+    from vllmdiag.watch.state import Tracker
+
+    tr = Tracker()
+    busy = Progress("gpu01:77", work_in_flight=True, moved=False)
+    tr.observe({"gpu01:77@5": ("gpu01:77", 77)}, {"gpu01:77": busy}, {}, 0.0, None)
+    t = tr.deps["gpu01:77@5"]
+    assert tr.confirmed(t, VERDICT, 10.0, WALL - 50)
+    tr.saved(t, 11.0, "/var/lib/vllmdiag/watch/vllmdiag-watch-x.json")
+    assert [e.kind for e in tr.observe({}, {}, {}, 20.0, 10.0)] == ["gone"]
+    out = tmp_path / "watch-out"
+    store = Store(out, keep=5, max_bytes=1 << 20)
+    store.write_state(state_document("gpu01", [*tr.deps.values(), *tr.past], 20.0, WALL - 40))
+    store.close()
+    lines = remembered(out, wall=WALL)
+    assert "watch saw deployment gpu01:77 stall at" in lines[0] and "(60 s ago)" in lines[0], lines
+    assert lines[0].endswith("vllmdiag-watch-x.json; it has gone since (restarted or stopped)"), lines
+
+
 def test_no_watcher_no_line(tmp_path: Path) -> None:
     assert remembered(tmp_path / "nothing-here") == []
     (tmp_path / "empty").mkdir(mode=0o750)

@@ -166,7 +166,8 @@ def describe(doc: dict[str, Any], now: float, path: Path) -> list[str]:
         if culprit and culprit.get("pid") is not None:
             who = f"{culprit.get('role') or '?'} pid {culprit.get('pid')} rank {culprit.get('rank')}"
         now_state = dep.get("state")
-        tail = "" if now_state == "stalled" else f"; it was {now_state} at the watcher's last change"
+        tail = {"stalled": "", "gone": "; it has gone since (restarted or stopped)"}.get(
+            str(now_state), f"; it was {now_state} at the watcher's last change")
         out.append(f"watch saw deployment {dep['id']} stall at {_stamp(at)} ({max(0.0, now - at):.0f} s ago): "
                    f"{dep.get('status') or '?'}, layer {dep.get('layer') or '-'}, culprit {who}; "
                    f"evidence {dep.get('evidence') or '(not saved)'}{tail}")

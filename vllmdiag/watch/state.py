@@ -62,7 +62,8 @@ class Event:
 
 PAUSED_CODE = "process.engine_paused"  # a finding: the engine waits for an instruction (fault tolerance)
 NOT_A_STALL = ("healthy", "starting")
-GONE_KEPT = 64  # a triage saw it move: a long step, or a start-up that moves
+GONE_KEPT = 64
+PAST_KEPT = 16  # a triage saw it move: a long step, or a start-up that moves
 
 
 class Tracker:
@@ -73,6 +74,9 @@ class Tracker:
         self.last_seen = self.started = now
         self.passes = 0
         self.gone: dict[str, float] = {}  # deployment id -> when it went away (the last GONE_KEPT)
+        # Deployments that stalled and then went away (a restart, the kubelet's): `triage` after the
+        # restart still learns when the stall began and where its evidence is (the last PAST_KEPT).
+        self.past: list[Tracked] = []
 
     def observe(self, seen: dict[str, tuple[str, int]], within: dict[str, Progress],
                 across: dict[str, Progress], now: float, prev_at: float | None,
@@ -90,6 +94,9 @@ class Tracker:
         for key in [k for k in self.deps if k not in seen]:
             events.append(Event("gone", self.deps.pop(key)))
             self.gone[events[-1].tracked.deployment_id] = now
+            if events[-1].tracked.stalls:
+                events[-1].tracked.state = "gone"
+                self.past = [*self.past, events[-1].tracked][-PAST_KEPT:]
             while len(self.gone) > GONE_KEPT:
                 self.gone.pop(next(iter(self.gone)))
         for key, (dep_id, root) in seen.items():

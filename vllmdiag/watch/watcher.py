@@ -220,7 +220,8 @@ class Watcher:
         from vllmdiag.watch.history import state_document
 
         with self._lock:
-            doc = state_document(self.node, list(self.tracker.deps.values()), time.monotonic(), time.time())
+            doc = state_document(self.node, [*self.tracker.deps.values(), *self.tracker.past], time.monotonic(),
+                                 time.time())
         try:
             self.store.write_state(doc)
         except (OSError, OutputError) as exc:
