@@ -101,7 +101,7 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
         _engine_shape(snap, dep, seen, gpus)
     if held and shapes:
         return [_with_progress(f, p) for f in shapes]
-    odd = _confident_odd_one_out(snap, dep)
+    odd = "" if partial else _confident_odd_one_out(snap, dep)
     if odd:  # a confident block names the group: a "suspected, watch longer" beside it would be a second answer
         return [_with_progress(finding("gpu.progress", LAYER, "warning", snap, dep, _observed(dep, p, seen), [],
                                        {"needs_confirm": False, "observed": _observed(dep, p, seen),
@@ -134,7 +134,8 @@ def _confident_odd_one_out(snap: Snapshot, dep: Deployment) -> str:
         if cmp is None or not cmp.waiting:
             continue
         waiter = members[cmp.waiting[0]]["pid"]
-        if held(waiter, classes.get(waiter), again) and all(o.pid is None or held(o.pid, o.cls, again) for o in cmp.odd):
+        if held(waiter, classes.get(waiter), again) and all(o.pid is not None and held(o.pid, o.cls, again)
+                                                            for o in cmp.odd):
             return fold([rank_name(members[r]) for r in sorted(members)])
     return ""
 
