@@ -101,11 +101,22 @@ def verdict_panel(v: Verdict, expand: bool = True) -> Any:
     if v.confidence != "high":
         body.append(f"  (confidence {v.confidence})", style="dim")
     body.append("\n" + v.summary + "\n")
+    _culprits(body, v)
+    evidence = [e for e in v.evidence if not _said(e, v.summary)]
+    if evidence:
+        body.append("\n\nevidence:", style="bold")
+        for e in evidence[:8]:
+            body.append(f"\n  - {e}")
+    return Panel(body, title="vllmdiag verdict", border_style=STATUS_STYLE.get(v.status, "white"), expand=expand)
+
+
+def _culprits(body: Any, v: Verdict) -> None:
+    """The culprit lines. The summary already says why; a culprit line says who, exactly (node, pid, rank).
+    Workers blamed alike are one line (`VLLM::Worker_TP[0-7]`, every pid), the rest past the limit one
+    "and N more" line: none is dropped (issue 35 item 2). A node a sweep could not read is said as such."""
     lines, more = culprit_lines(v.culprits, CULPRIT_LINES)
     for c in lines:
-        # The summary already says why; the culprit line says who, exactly (node, pid, rank). Workers
-        # blamed alike are one line (`VLLM::Worker_TP[0-7]`, every pid): none is dropped (issue 35 item 2).
-        if c.kind != "culprit":  # a node the sweep could not read: said as such, not blamed
+        if c.kind != "culprit":
             body.append(f"\n{c.kind}: ", style="bold")
             body.append(f"{c.title} ({c.reason})" if c.reason else c.title)
             continue
@@ -118,12 +129,6 @@ def verdict_panel(v: Verdict, expand: bool = True) -> Any:
     if more:
         body.append("\nculprits ", style="bold")
         body.append(more)
-    evidence = [e for e in v.evidence if not _said(e, v.summary)]
-    if evidence:
-        body.append("\n\nevidence:", style="bold")
-        for e in evidence[:8]:
-            body.append(f"\n  - {e}")
-    return Panel(body, title="vllmdiag verdict", border_style=STATUS_STYLE.get(v.status, "white"), expand=expand)
 
 
 def print_verdict(v: Verdict, console: Any) -> None:
