@@ -59,9 +59,8 @@ def render_fleet(report: Report, console: Any = None) -> None:
     console = console or make_console()
     print_verdict(report.verdict, console)
     render(report, console)
-    failed = [n for n in report.nodes or [] if n.status != "ok"]
-    for n in failed[:MAX_ROWS]:
-        console.print(f"[bold magenta]{_esc(n.name)}[/] {_esc(n.status)}: {_esc(n.reason or '')}")
+    for line in failed_lines([n for n in report.nodes or [] if n.status != "ok"]):
+        console.print(line)
     timing = timing_line([n.to_dict() for n in report.nodes or []])
     if timing:
         console.print(f"[dim]{_esc(timing)}[/]")
@@ -93,3 +92,24 @@ def _esc(text: object) -> str:
     from vllmdiag.render.text import escape
 
     return escape(text)
+
+
+def failed_lines(failed: list[Any]) -> list[str]:
+    """Nodes that did not answer, one line per status and cause with the node set folded (`nohost[1-40]
+    unreachable: host name does not resolve (40 nodes ...)`); past MAX_ROWS lines, how many more: a long
+    list is never cut in silence (issue 35 item 2)."""
+    from vllmdiag.render.report_data import fold
+
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for n in failed:
+        groups.setdefault((str(n.status), str(n.reason or "").split(": ", 1)[0]), []).append(n)
+    out = []
+    for (status, cause), nodes in list(groups.items())[:MAX_ROWS]:
+        if len(nodes) == 1:
+            out.append(f"[bold magenta]{_esc(nodes[0].name)}[/] {_esc(status)}: {_esc(nodes[0].reason or '')}")
+        else:
+            out.append(f"[bold magenta]{_esc(fold([str(n.name) for n in nodes]))}[/] {_esc(status)}: {_esc(cause)} "
+                       f"({len(nodes)} nodes; --json: nodes[].reason says each)")
+    if len(groups) > MAX_ROWS:
+        out.append(f"... and {len(groups) - MAX_ROWS} more kinds of failure (--json lists every node)")
+    return out
