@@ -93,3 +93,5 @@ def test_nodes_not_reached_are_said_as_such_never_culprits(columns: int | None) 
     text = proc.stdout
     assert proc.returncode == 4, proc.stderr
     assert "culprit:" not in text and "unreachable: 127.0.0.[1-3] (connection refused)" in text, text
+    flat = " ".join(text.split())  # below the grid: one folded line, not one per node
+    assert "127.0.0.[1-3] unreachable: connection refused (3 nodes" in flat, text
