@@ -121,7 +121,7 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
     if blind:
         blind += [] if moved else [u for u in unseen if not u.startswith("stacks")]  # e.g. /metrics answered once
         return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
-                       + "; ".join(blind), evidence=blind, confidence="low", next_steps=[_fix(blind)])
+                       + _cause_first(blind), evidence=blind, confidence="low", next_steps=[_fix(blind)])
     if not moved and unseen:  # a probe that saw nothing never supports "idle", "drained", "no step under way"
         why = f"{snapshot.node}: nothing seen moving and idle cannot be told from stuck: " + "; ".join(unseen)
         return Verdict(status="inconclusive", summary="Inconclusive: " + why + ".", evidence=[why], confidence="low",
@@ -149,6 +149,14 @@ def _starting(f: Finding) -> Verdict:
 TIMEOUT_FIX = ("The node is short of CPU (or a probe was slow): re-run with a larger --budget (e.g. --budget 30), "
                "as root (vllmdiag then takes SCHED_FIFO for its short life) or under `chrt -f 10`, or from outside a "
                "CPU-throttled pod (README: Kubernetes).")
+
+
+def _cause_first(blind: list[str]) -> str:
+    """When every gap is a denied read, the one cause leads (a tired reader stops at the first clause)."""
+    denied = [b for b in blind if ("ermission" in b or "ptrace" in b or "denied" in b)]
+    if blind and len(denied) == len(blind):
+        return "not root, or without CAP_SYS_PTRACE, so reads were denied: " + "; ".join(blind)
+    return "; ".join(blind)
 
 
 def _fix(blind: list[str]) -> str:

@@ -108,9 +108,11 @@ class StartupPicture:
 def startup_picture(snapshot: Snapshot, dep: Deployment) -> StartupPicture | None:
     """The picture of a deployment whose engine has not reported ready, else None (serving, or no stacks
     say either way). Start-up is what the stacks show (a rank in a start-up phase, none in a serving loop)
-    or, with an API server, its HTTP port not listening yet."""
+    or, with an API server, its HTTP port not listening yet while no rank is in a serving loop."""
     passes = all_passes(snapshot)
     looks = _looks(passes, dep)
+    if not looks:  # no stack of its EngineCore or workers: nothing says starting or serving (a blind look, or
+        return None  # a non-root one whose socket owners are hidden too): the verdict names what was not seen
     latest = {pid: obs[-1] for pid, obs in looks.items()}
     phases = {pid: sc.name for pid, (sc, _) in latest.items()}
     if any(name in SERVING for name in phases.values()):

@@ -47,12 +47,11 @@ def _judge(snap: Snapshot, dep: Deployment, pic: StartupPicture) -> Finding:
     if pic.window_s >= HELD_S and pic.ranks and all(r.waits for r in pic.ranks):
         return _all_waiting(snap, dep, pic, head, evidence)
     # Not looked at long enough to tell a slow start-up from a stuck one: the confirm window decides.
-    why = ("no stack of its EngineCore or workers was read" if not pic.ranks else
-           f"nothing seen moving in {pic.window_s:.1f} s (a start-up is called held after {HELD_S:.0f} s; "
+    why = (f"nothing seen moving in {pic.window_s:.1f} s (a start-up is called held after {HELD_S:.0f} s; "
            "triage --confirm S)" if pic.window_s < HELD_S else
            f"nothing seen moving in {pic.window_s:.1f} s, and no rank in a known working phase to call held")
     return finding("handshake.starting", LAYER, "info", snap, dep, f"{head}: {why}.", [],
-                   {**evidence, "moving": False, "needs_confirm": bool(pic.ranks) and pic.window_s < HELD_S}, [])
+                   {**evidence, "moving": False, "needs_confirm": pic.window_s < HELD_S}, [])
 
 
 def _held(snap: Snapshot, dep: Deployment, pic: StartupPicture, held: list, head: str,
