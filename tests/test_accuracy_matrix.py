@@ -125,6 +125,8 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("dp", "dp-out-of-step", 2, 1): ("blocked", "gpu", "dp_engine"),
     ("dp", "straggler", 2, 1): ("blocked", "gpu", "worker"),
     ("dp", "api-killed", 2, None): ("blocked", "process", "api_server_gone"),
+    # MoE DP: DP1 held in its forward, DP0 waits for it in the MoE dispatch all-gather: DP1's worker is named
+    ("dp", "dp-rank-held", 1, 1): EXPECTED["dp-rank-held"],
     # a container-like node (own PID+mount namespace, a Python init that adopts orphans)
     ("ns", "healthy", 2, None): ("healthy", None, None),
     ("ns", "straggler", 2, 1): ("blocked", "gpu", "worker"),

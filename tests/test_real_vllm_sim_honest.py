@@ -240,11 +240,19 @@ MOE_API_LAYOUT = {("titles", "api_server_child"), ("comm", "api_server_child"), 
                   ("ipc_kinds", "dp_coordinator")}
 
 
-def test_simulator_reads_like_the_real_server_at_moe_dp2(tmp_path: Path, sim_state: Path) -> None:  # noqa: F811
-    """A MoE model at DP=2: workers titled VLLM::Worker_DPn, EngineCore_DPn, the coordinator, the rings."""
-    got_real = real_shape("moe-idle.json.gz", tmp_path)
+@pytest.mark.parametrize(("fixture", "fault", "rank"), [
+    ("moe-idle.json.gz", "healthy", None),
+    # DP1 held in its forward: DP0 (on a dummy batch of DP1's wave) waits in the first MoE layer's dispatch
+    # all-gather (collective), DP1 in its forward (executing), both engines on their workers
+    ("moe-dp1-held.json.gz", "dp-rank-held", 1),
+])
+def test_simulator_reads_like_the_real_server_at_moe_dp2(fixture: str, fault: str, rank: int | None,
+                                                          tmp_path: Path, sim_state: Path) -> None:  # noqa: F811
+    """A MoE model at DP=2: workers titled VLLM::Worker_DPn, EngineCore_DPn, the coordinator, the rings, and
+    each DP rank's stack class."""
+    got_real = real_shape(fixture, tmp_path)
     assert got_real[("titles", "worker")] == ["VLLM::Worker_DP0", "VLLM::Worker_DP1"]
-    got_sim = simulated_dp("healthy", None, shape="dp")
+    got_sim = simulated_dp(fault, rank, shape="dp")
     diffs = differences(got_sim, got_real, (set(got_sim) | set(got_real)) - MOE_API_LAYOUT - set(ALLOWED))
     assert not diffs, "\n".join(diffs)
     edges = set(got_sim[("tree", "all")])

@@ -130,6 +130,15 @@ def test_dp_rank_held_holds_one_rank_while_the_other_serves(sim_state: Path) -> 
     assert_clean(records, segments, ipc)
 
 
+def test_moe_dp_rank_held_leaves_its_peer_in_the_moe_dispatch(sim_state: Path) -> None:  # noqa: F811
+    """A MoE model's DP ranks step in waves: DP1's request starts one, DP0 runs a dummy batch and waits for
+    DP1 in the first MoE layer's all-gather (py-spy would show it there; vllmdiag's stack reading is
+    tests/test_real_vllm_sim_honest.py's and the accuracy matrix's)."""
+    with Deployment.up(tp=1, dp=2, fault="dp-rank-held", shape="dp") as dep:
+        assert (dep.path / "acks" / "dp-rank-held-1-0").exists() and not (dep.path / "acks" / "dp-rank-held-0-0").exists()
+        assert "client" in dep.pids_by_role and len(dep.pids_by_role["client"]) == 1  # DP1's request only
+
+
 def test_dp_idle_beside_load_loads_only_its_rank(sim_state: Path) -> None:  # noqa: F811
     with Deployment.up(tp=1, dp=2, fault="dp-idle-beside-load") as dep:
         port = dep.http_port or 0
@@ -141,7 +150,8 @@ def test_dp_idle_beside_load_loads_only_its_rank(sim_state: Path) -> None:  # no
 
 @pytest.mark.parametrize(("kw", "said"), [
     ({"dp": 1}, "needs a dense data-parallel deployment"),
-    ({"dp": 2, "shape": "dp"}, "needs a dense data-parallel deployment"),
+    ({"dp": 2, "shape": "ep"}, "needs a dense data-parallel deployment: `vllmdiag sim up --dp 2 --fault dp-rank-held` "
+                               "(or a MoE one: shape dp)"),
     ({"dp": 2, "rank": 2}, "--rank is a DP rank here: 0..1"),
 ])
 def test_dp_rank_held_says_what_it_needs(kw: dict[str, Any], said: str, sim_state: Path) -> None:  # noqa: F811

@@ -54,8 +54,8 @@ FAULTS: dict[str, str] = {
     "grammar-load": "back-to-back requests with a JSON schema that compiles in about a second, nothing else: "
                     "requests wait while it compiles, then stream (healthy)",
     "kv-wait": "P/D decode (kv_consumer): requests wait WAITING_FOR_REMOTE_KVS for KV the prefill never sends (#53095)",
-    "dp-rank-held": "dense DP (--dp 2+): DP rank --rank (default 1)'s worker held in its forward while the other DP "
-                    "ranks keep serving a steady load (issue 33)",
+    "dp-rank-held": "DP 2+: DP rank --rank (default 1)'s worker held in its forward; dense: the other DP ranks keep "
+                    "serving a steady load; MoE (shape dp): they wait for it in the MoE dispatch (issue 33)",
     "dp-idle-beside-load": "dense DP (--dp 2+): DP rank --rank (default 0) serves a steady load, the other DP ranks "
                            "idle (healthy)",
 }
@@ -128,8 +128,11 @@ def validate_start(fault: str, tp: int, dp: int, nnodes: int, master_port: int |
         raise FaultError(f"{fault} needs worker processes: TP=1 runs in-process (UniProcExecutor)")
     if fault == "dp-out-of-step" and dp < 2:
         raise FaultError("dp-out-of-step needs --dp 2 or more")
-    if fault in DENSE_DP and (dp < 2 or shape != "serve" or nnodes != 1):
-        raise FaultError(f"{fault} needs a dense data-parallel deployment: `vllmdiag sim up --dp 2 --fault {fault}`")
+    if fault == "dp-rank-held" and shape == "dp" and dp >= 2:
+        pass  # MoE DP: the held rank's peers wait for it in the MoE dispatch
+    elif fault in DENSE_DP and (dp < 2 or shape != "serve" or nnodes != 1):
+        raise FaultError(f"{fault} needs a dense data-parallel deployment: `vllmdiag sim up --dp 2 --fault {fault}`"
+                         + (" (or a MoE one: shape dp)" if fault == "dp-rank-held" else ""))
     if fault in NEEDS_GROUP and tp == 1:
         raise FaultError(f"{fault} needs a TP group: at TP=1 vLLM skips the collective")
 
@@ -143,7 +146,7 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
     if fault == "pp-stage-stuck":  # its rank is the stage that wedges
         rank = 0 if rank is None else rank
     if fault in DENSE_DP:  # its rank is a DP rank: the held one (dp-rank-held)
-        if dep.dp < 2 or dep.shape != "serve":
+        if dep.dp < 2 or dep.shape not in ("serve", "dp") or (dep.shape == "dp" and fault != "dp-rank-held"):
             raise FaultError(f"{fault} needs a dense data-parallel deployment: `vllmdiag sim up --dp 2`")
         rank = (1 if fault == "dp-rank-held" else 0) if rank is None else rank
         if not 0 <= rank < dep.dp:
@@ -266,13 +269,14 @@ def _grammar_load(dep: Deployment, rank: int | None) -> None:
 def _dp_rank_held(dep: Deployment, rank: int) -> None:
     """The other DP ranks serve a steady load; one request pinned to DP rank ``rank`` takes its worker(s)
     into the forward, where they stay."""
-    for d in range(dep.dp):
+    for d in range(dep.dp) if dep.shape == "serve" else []:  # MoE DP: the others step with it, in its wave
         if d != rank:
             start_client(dep, "load", d)
     start_client(dep, "pending", rank)
     wait_for(lambda: all(ack_exists(dep, f"dp-rank-held-{rank}-{t}") for t in range(dep.tp)),
              f"DP rank {rank}'s worker(s) to be held in the forward")
-    wait_for(lambda: ack_exists(dep, "client-load"), "the other DP ranks' load")
+    if dep.shape == "serve":
+        wait_for(lambda: ack_exists(dep, "client-load"), "the other DP ranks' load")
     time.sleep(SETTLE_S)
 
 

@@ -9,7 +9,9 @@
   hold the ranks the driver places there (``ray_cluster_argv``).
 - ``pp``: `vllm serve --pipeline-parallel-size 2`: PP=2 x TP stages; workers `VLLM::Worker_PP{p}_TP{t}`,
   global rank p * TP + t, intermediate tensors sent stage to stage (`isend_tensor_dict` / `recv_object`).
-- ``dp``: `vllm serve <MoE model> -dp N --api-server-count 1`: MoE DP ranks meet in a per-step DP sync;
+- ``dp``: `vllm serve <MoE model> -dp N --api-server-count 1`: MoE DP ranks step in request waves
+  (`DPEngineCoreProc`, dummy batches), meet in a per-step DP sync and in every MoE layer's dispatch
+  (all-gather) and combine across the DP ranks (`AgRsAll2AllManager`, the CPU platform's only one);
   workers `VLLM::Worker_DP{d}[_TP{t}]`. (A dense model at `--dp N` is shape ``serve``: N independent
   engines under a manager `vllm serve`, see vllm/entrypoints/cli/serve.py.)
 - ``ep``: `vllm serve -dp 2 --enable-expert-parallel --all2all-backend deepep_high_throughput`: a MoE
@@ -53,7 +55,8 @@ SHAPE_FAULTS = {"offline": ("healthy", "straggler", "worker-stopped", "worker-ki
                         "worker-gone", "rpc-ring-full", "api-killed"),
                 # `vllm serve <MoE model> -dp N --api-server-count 1`: a DPCoordinator, workers titled
                 # Worker_DPn_TPm and the per-step DP sync of MoE models (a dense model's `--dp N` is shape serve)
-                "dp": ("healthy", "healthy-load", "dp-out-of-step", "straggler", "worker-stopped", "api-killed"),
+                "dp": ("healthy", "healthy-load", "dp-out-of-step", "straggler", "worker-stopped", "api-killed",
+                       "dp-rank-held"),
                 # `vllm serve` in its own PID+mount namespace (a container): its init is Python (nsinit)
                 "ns": ("healthy", "healthy-load", "straggler", "api-killed"),
                 # `vllm serve -pp 2`: a stage waits in recv for a stuck upstream stage; a TP straggler

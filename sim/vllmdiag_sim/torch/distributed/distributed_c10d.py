@@ -53,7 +53,14 @@ class StatelessProcessGroup:
     seq: int = 0
 
 
-def all_reduce(tensor: list[int], group: StatelessProcessGroup) -> None:
+def all_gather(tensor_list: list[Any], tensor: Any, group: StatelessProcessGroup) -> None:
+    group.seq += 1
+    collective.send_msg(group.sock, ("op", group.seq, "all_gather", group.rank, tensor))
+    head = group.sock.recv(4, socket.MSG_WAITALL)  # inline: the innermost frame while a DP rank is missing
+    tensor_list[:] = collective.decode_reply(group.sock, head)
+
+
+def all_reduce(tensor: list[Any], group: StatelessProcessGroup) -> None:
     group.seq += 1
     collective.send_msg(group.sock, ("op", group.seq, "all_reduce", group.rank, tensor[0]))
     head = group.sock.recv(4, socket.MSG_WAITALL)  # inline: the innermost frame while a DP rank is missing

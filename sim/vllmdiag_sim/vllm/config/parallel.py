@@ -23,7 +23,8 @@ class ParallelConfig:
     ep_hub_port: int = 0  # EP: the MoE all2all rendezvous of the EP group (every DP x TP rank)
     data_parallel_rank: int | None = None  # external DP LB: this `vllm serve` runs this one DP rank
     data_parallel_rpc_port: int = 29550
-    dp_engine_hub_port: int = 0  # EP: the EngineCores' DP group (DPEngineCoreProc's unfinished-requests sync)
+    dp_engine_hub_port: int = 0  # MoE DP: the EngineCores' DP group (DPEngineCoreProc's unfinished-requests sync)
+    dp_moe_hub_ports: tuple[int, ...] = ()  # MoE DP without EP: per TP rank, the DP group of the MoE dispatch
     all2all_backend: str = "allgather_reducescatter"
     # --kv-transfer-config (vLLM keeps it in VllmConfig.kv_transfer_config): P/D disaggregation
     kv_transfer_config: dict[str, Any] | None = None
@@ -54,6 +55,13 @@ class ParallelConfig:
     def synchronized_dp(self) -> bool:
         """DP ranks that meet every step: a MoE model's (the DP sync, the MoE dispatch)."""
         return self.data_parallel_size > 1 and (self.moe or self.enable_expert_parallel)
+
+    @property
+    def steps_in_waves(self) -> bool:
+        """A MoE model's DP ranks behind one front end (vLLM 0.32 DPEngineCoreProc): request waves, dummy
+        batches, the per-step DP sync and the MoE dispatch across DP ranks. The sim's external DP ranks (one
+        front end each, no coordinator relaying waves) step alone and meet only in the fault's DP sync."""
+        return self.synchronized_dp and not self.external_dp
 
     @property
     def is_leader(self) -> bool:

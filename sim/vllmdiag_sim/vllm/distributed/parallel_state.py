@@ -12,9 +12,11 @@ from vllmdiag_sim.vllm.distributed.device_communicators.pynccl import PyNcclComm
 
 class GroupCoordinator:
     def __init__(self, rank_in_group: int, world_size: int, comm: PyNcclCommunicator | None,
-                 links: dict[int, socket.socket] | None = None) -> None:
+                 links: dict[int, socket.socket] | None = None,
+                 dp_group: distributed_c10d.StatelessProcessGroup | None = None) -> None:
         self.rank_in_group, self.world_size, self.pynccl_comm = rank_in_group, world_size, comm
         self.links = links or {}  # PP group: peer rank in group -> the cpu-group channel to it
+        self.device_group = dp_group  # the DP group of a MoE layer's dispatch (torch.distributed on CPU)
 
     @property
     def is_first_rank(self) -> bool:
@@ -62,6 +64,20 @@ class GroupCoordinator:
         if self.world_size == 1 or self.pynccl_comm is None:
             return [input_]
         return self.pynccl_comm.all_gather(input_)
+
+
+    def all_gatherv(self, input_: float) -> Any:
+        """vLLM 0.32 `GroupCoordinator.all_gatherv` on the CPU platform: torch.distributed.all_gather."""
+        assert self.device_group is not None
+        out: list[Any] = []
+        distributed_c10d.all_gather(out, input_, group=self.device_group)
+        return out
+
+    def reduce_scatterv(self, input_: float) -> Any:
+        assert self.device_group is not None
+        tensor = [input_]
+        distributed_c10d.all_reduce(tensor, group=self.device_group)  # the sim's stand-in: a sum, like the reduce
+        return tensor[0]
 
 
 _TP: GroupCoordinator | None = None

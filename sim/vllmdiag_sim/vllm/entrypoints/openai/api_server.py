@@ -80,12 +80,21 @@ def start_dp_group(pc: ParallelConfig, ctx: Any) -> ParallelConfig:
     if pc.external_dp and base is not None:
         runtime.write_json(base / RENDEZVOUS, {"ports": ports})
     pc = dataclasses.replace(pc, dp_hub_ports=tuple(ports))
-    if pc.enable_expert_parallel:  # the EP group's MoE all2all (every DP x TP rank), the engines' DP group
-        ep, engines = collective.listen(0), collective.listen(0)
+    if not pc.steps_in_waves:
+        return pc
+    engines = collective.listen(0)  # the engines' DP group (DPEngineCoreProc's unfinished-requests all-reduce)
+    collective.Hub(engines, pc.data_parallel_size).start()
+    pc = dataclasses.replace(pc, dp_engine_hub_port=engines.getsockname()[1])
+    if pc.enable_expert_parallel:  # the EP group's MoE all2all (every DP x TP rank)
+        ep = collective.listen(0)
         collective.Hub(ep, pc.data_parallel_size * pc.tensor_parallel_size).start()
-        collective.Hub(engines, pc.data_parallel_size).start()
-        pc = dataclasses.replace(pc, ep_hub_port=ep.getsockname()[1], dp_engine_hub_port=engines.getsockname()[1])
-    return pc
+        return dataclasses.replace(pc, ep_hub_port=ep.getsockname()[1])
+    moe = []  # no EP: each MoE layer all-gathers / reduce-scatters across the DP group of each TP rank
+    for _ in range(pc.tensor_parallel_size):
+        srv = collective.listen(0)
+        collective.Hub(srv, pc.data_parallel_size).start()
+        moe.append(srv.getsockname()[1])
+    return dataclasses.replace(pc, dp_moe_hub_ports=tuple(moe))
 
 
 RENDEZVOUS = "dp-rendezvous.json"

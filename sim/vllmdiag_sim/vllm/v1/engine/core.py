@@ -71,8 +71,8 @@ class EngineCoreProc:
                         output_addrs: list[str], hub_sock: socket.socket | None) -> None:
         set_process_title(pc.engine_name(dp_rank))
         runtime.close_inherited_listeners([*input_addrs, *output_addrs])
-        # MoE with DP (here: expert parallel) steps every DP rank in lockstep (vLLM's DPEngineCoreProc).
-        engine_cls = DPEngineCoreProc if pc.enable_expert_parallel and pc.data_parallel_size > 1 else EngineCoreProc
+        # MoE with DP steps every DP rank in lockstep (vLLM 0.32: `data_parallel and model_config.is_moe`).
+        engine_cls = DPEngineCoreProc if pc.steps_in_waves else EngineCoreProc
         try:
             engine = engine_cls(pc, dp_rank, input_addrs, output_addrs, hub_sock)
         except Exception:

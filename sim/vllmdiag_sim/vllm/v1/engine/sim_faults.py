@@ -66,7 +66,7 @@ class EngineFaults:
     def run_pending(self, kind: str, payload: Any) -> None:
         executor = self.engine.model_executor
         if kind == "DP_STEP":
-            executor.execute_model({"req_ids": [], "step": 0, "dp_sync": True})
+            executor.execute_model({"req_ids": [], "step": 0, "dp_sync": True, "sim_dp_step": True})
         elif kind == "KICK":
             # A headless node's EngineCore asked for a step (its fault needs the whole TP group in one):
             # a step with scheduled work, so every rank runs the forward pass and its collectives.

@@ -42,6 +42,9 @@ class WorkerProc:
         self.worker.model_runner.dp_rank = dp_rank  # which DP rank this worker serves (a dense one's title says not)
         if pc.dp_hub_ports:  # the DP group of this TP rank: the same TP rank of every DP rank
             self.worker.init_dp_group(collective.connect(pc.dp_hub_ports[self.rank], dp_rank), dp_rank)
+        if pc.dp_moe_hub_ports:  # MoE DP without EP: the MoE layer's dispatch/combine across the DP ranks
+            self.worker.init_moe_dp(collective.connect(pc.dp_moe_hub_ports[self.rank], dp_rank), dp_rank,
+                                    pc.data_parallel_size)
         if pc.ep_hub_port:  # the EP group: every TP rank of every DP rank, EP rank = dp * TP + tp
             ep_rank, ep_size = dp_rank * pc.tensor_parallel_size + self.rank, pc.data_parallel_size * pc.tensor_parallel_size
             self.worker.init_ep_group(collective.connect(pc.ep_hub_port, ep_rank), ep_rank, ep_size)

@@ -61,7 +61,7 @@ class GPUModelRunner(KVConnectorModelRunnerMixin):
             # every TP rank of this stage: the next all_reduce never completes (a wedged NCCL kernel)
             pynccl_wrapper.wedge(f"pp-stage-stuck-{self.rank}")
         if scheduler_output.get("dp_sync") and self.dp_comm is not None:
-            self._dp_sync(len(scheduler_output.get("req_ids", [])))
+            self._dp_sync(len(scheduler_output.get("req_ids", [])), bool(scheduler_output.get("sim_dp_step")))
         num_tokens = self._prepare_inputs(scheduler_output, targets_me(fault, "straggler", self.rank))
         if name == "dp-rank-held":  # only the held DP rank's EngineCore puts it in its steps: every rank of it
             self._held_in_forward(f"dp-rank-held-{self.dp_rank}-{self.rank}")
@@ -91,11 +91,11 @@ class GPUModelRunner(KVConnectorModelRunnerMixin):
         sync, the MoE all2all) find it (DPEngineCoreProc.execute_dummy_batch)."""
         self.execute_model({"req_ids": [], "step": 0, "dp_sync": True, "sim_fault": sim_fault})
 
-    def _dp_sync(self, num_tokens: int) -> None:
+    def _dp_sync(self, num_tokens: int, fault_step: bool) -> None:
         from vllmdiag_sim.vllm.v1.worker.dp_utils import coordinate_batch_across_dp
 
         self.dp_seq += 1
-        if self.moe is None:  # the dp shape syncs only for its fault; an EP rank syncs every step (no file per step)
+        if fault_step:  # dp-out-of-step's step (every step syncs in waves: no file per step)
             runtime.ack(f"dp-sync-{self.dp_rank}-{self.rank}")
         coordinate_batch_across_dp(self.dp_comm, self.dp_rank, self.dp_seq, num_tokens)
 

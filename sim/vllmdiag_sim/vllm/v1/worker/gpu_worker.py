@@ -12,11 +12,16 @@ from typing import Any
 
 from vllmdiag_sim import collective
 from vllmdiag_sim.deep_ep.buffer import Buffer
+from vllmdiag_sim.torch.distributed.distributed_c10d import StatelessProcessGroup
+from vllmdiag_sim.vllm.distributed.device_communicators.all2all import AgRsAll2AllManager
 from vllmdiag_sim.vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
 from vllmdiag_sim.vllm.distributed.device_communicators.pynccl_wrapper import NCCLLibrary
 from vllmdiag_sim.vllm.distributed.parallel_state import GroupCoordinator, init_model_parallel_group, init_pp_group
 from vllmdiag_sim.vllm.model_executor.layers.fused_moe.modular_kernel import FusedMoEModularKernel
 from vllmdiag_sim.vllm.model_executor.layers.fused_moe.prepare_finalize.deepep_ht import DeepEPHTPrepareAndFinalize
+from vllmdiag_sim.vllm.model_executor.layers.fused_moe.prepare_finalize.naive_dp_ep import (
+    MoEPrepareAndFinalizeNaiveDPEPModular,
+)
 from vllmdiag_sim.vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
 from vllmdiag_sim.vllm.sequence import IntermediateTensors
 from vllmdiag_sim.vllm.v1.worker.gpu_model_runner import GPUModelRunner, forward_pass
@@ -48,6 +53,13 @@ class Worker:
         buffer = Buffer(ep_comm, ep_rank, ep_size)
         self.model_runner.moe = MoERunner(FusedMoEModularKernel(DeepEPHTPrepareAndFinalize(buffer)))
         self.model_runner.ep_rank = ep_rank
+
+    def init_moe_dp(self, dp_comm: socket.socket, dp_rank: int, dp_size: int) -> None:
+        """A MoE model at DP > 1 without expert parallel (vLLM 0.32 on CPU): the MoE layer's naive DP
+        prepare/finalize, an all-gather then a reduce-scatter over the DP group (AgRsAll2AllManager)."""
+        group = GroupCoordinator(dp_rank, dp_size, None, dp_group=StatelessProcessGroup(dp_comm, dp_rank))
+        self.model_runner.moe = MoERunner(FusedMoEModularKernel(MoEPrepareAndFinalizeNaiveDPEPModular(
+            AgRsAll2AllManager(group))))
 
     def execute_dummy_batch(self, sim_fault: dict[str, Any] | None = None) -> None:
         self.model_runner._dummy_run(1, sim_fault)

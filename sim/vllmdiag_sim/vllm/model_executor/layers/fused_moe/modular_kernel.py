@@ -3,13 +3,17 @@ all2all dispatch), the experts, finalize (the all2all combine)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from vllmdiag_sim.vllm.model_executor.layers.fused_moe.prepare_finalize.deepep_ht import DeepEPHTPrepareAndFinalize
+
+class PrepareAndFinalize(Protocol):
+    def prepare(self, a1: float) -> Any: ...
+
+    def finalize(self, fused_expert_output: float) -> Any: ...
 
 
 class FusedMoEModularKernel:
-    def __init__(self, prepare_finalize: DeepEPHTPrepareAndFinalize) -> None:
+    def __init__(self, prepare_finalize: PrepareAndFinalize) -> None:
         self.prepare_finalize = prepare_finalize
 
     def _prepare(self, hidden_states: float) -> Any:
