@@ -291,3 +291,31 @@ def test_simulator_reads_like_the_real_server_with_two_api_servers(tmp_path: Pat
     assert manager == API2_TREE_SEEN_LIVE
     assert got_sim[("ipc_kinds", "api_server_child")] == ["PULL", "ROUTER"]  # as the real DP=2 API servers'
     assert got_sim[("stack", "api_server_child")] == "api_idle"
+
+
+def _in_flight(snap: Snapshot, root: int) -> tuple[float | None, float | None]:
+    """(running, waiting) of the deployment's last /metrics sample."""
+    dep = _dep(snap, root)
+    for server in snap.data("http").get("servers") or []:
+        if set(server.get("pids") or []) & dep.pids:
+            last = [m for m in server.get("metrics") or [] if m.get("status") == 200][-1:]
+            if last:
+                return last[0].get("running"), last[0].get("waiting")
+    return None, None
+
+
+@pytest.mark.xfail(strict=False, reason="simulator gap (reported): vLLM's running/waiting gauges come from the "
+                                        "engine's SchedulerStats of a FINISHED step, so a request in a hung first "
+                                        "step leaves them where they were (the real TP=2 straggler reads 0, 0); "
+                                        "the simulator's front end counts a request without a token as waiting "
+                                        "(0, 1), a signal a real server never gives (engine-stuck's verdict leans "
+                                        "on it: with the engine's gauges it reads degraded/gpu)")
+def test_simulator_gauges_in_a_hung_step_read_like_the_real_server(tmp_path: Path, sim_state: Path) -> None:  # noqa: F811
+    name = "tp2/snap-straggler.json.gz"
+    path = tmp_path / "real.json"
+    path.write_bytes(gzip.decompress((DATA / name).read_bytes()))
+    got_real = _in_flight(load_snapshots(path)[0], int(INDEX["snapshots"][name]["root_pid"]))
+    assert got_real == (0.0, 0.0)  # what the fixture says: this test's premise
+    with sim.Deployment.up(tp=2, fault="straggler", rank=1) as dep:
+        snap = triage(pids=[dep.root_pid], budget_s=8, confirm_s=0).report.snapshots[0]
+        assert _in_flight(snap, dep.root_pid) == got_real
