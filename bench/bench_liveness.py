@@ -37,7 +37,8 @@ def main() -> int:
                                   period_s=args.period, note=lambda s: print(s, file=sys.stderr, flush=True))
     keys = ["interval_s", "confirm_s", "period_s", "start_s", "restart_s", "ready_again_after_restart_s",
             "first_load_completions", "second_load_completions", "livez_503_before_hang",
-            "livez_503_while_waiting_for_the_lock", "readyz_false_503",
+            "livez_503_while_waiting_for_the_lock", "livez_no_answer_in_1s_before_hang", "livez_probes_before_hang",
+            "livez_fired_before_hang", "readyz_false_503", "readyz_no_answer_in_1s_under_load",
             "readyz_503_after_hang_s", "livez_503_after_hang_s", "livez_fired_after_hang_s",
             "evidence_on_disk_at_first_livez_503", "first_load_watcher_cpu_pct", "second_load_watcher_cpu_pct"]
     for k in keys:

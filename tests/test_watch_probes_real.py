@@ -26,6 +26,7 @@ def test_kubelet_loop_on_the_real_server_restart_load_and_hang(tmp_path: Path) -
     m = liveness_scenario.run(tmp_path, interval_s=INTERVAL_S, confirm_s=CONFIRM_S, load_s=30.0, period_s=PERIOD_S)
     assert m["first_load_completions"] > 0 and m["second_load_completions"] > 0, m
     assert m["livez_503_before_hang"] == 0, f"no false /livez 503 through start, load and restart: {m}"
+    assert not m["livez_fired_before_hang"], f"the kubelet (failureThreshold 3) never acts before the hang: {m}"
     assert m["readyz_503_after_hang_s"] is not None, m
     # The next pass sees the hang (one interval), a pass's duration, and one probe period; slack for 2 cores.
     assert m["readyz_503_after_hang_s"] <= 2 * INTERVAL_S + PERIOD_S + 6, m
