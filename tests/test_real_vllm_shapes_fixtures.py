@@ -48,6 +48,8 @@ VERDICTS: list[Any] = [
     # PP=2 under load: two batches in flight (step_with_batch_queue), the stages take turns: healthy
     pytest.param("pp-load.json.gz", 0, "healthy", (None,), None, id="pp-load"),
     pytest.param("pp-stage1-held.json.gz", 1, "blocked", BLOCKING, "VLLM::Worker_PP1", id="pp-stage1-held"),
+    pytest.param("api-idle.json.gz", 0, "healthy", (None,), None, id="api-idle"),
+    pytest.param("api1-sigstop.json.gz", 1, "blocked", ("process",), "VLLM::APIServer_1", id="api1-sigstop"),
 ]
 
 

@@ -10,7 +10,8 @@ namespace, where nothing else runs). OUT_DIR/<condition>.json is the raw snapsho
 what the live triage said, meta-<condition>.json the root pid and the pid the right verdict names.
 
 --install trims each snapshot to the deployment (its root and descendants, plus the recorder itself: the
-HTTP client of the loaded conditions), keeps every pass, gzips it into the fixtures directory and adds
+HTTP client of the loaded conditions; /dev/shm segments mapped by no process, other sessions' leftovers,
+are dropped too, except for `killed`), keeps every pass, gzips it into the fixtures directory and adds
 its entry to index.json there.
 """
 
@@ -120,6 +121,15 @@ def _keep(e: Any, mine: set[int]) -> bool:
     return True
 
 
+def _drop_others_leftovers(snap: dict[str, Any]) -> None:
+    """Segments mapped by no process in the machine's /dev/shm belong to other sessions' killed runs (a
+    running deployment maps all of its own): not this deployment's, like the other sessions' processes."""
+    for probes in [snap["probes"]] + [p.get("probes", {}) for p in snap.get("passes", [])]:
+        data = (probes.get("shm") or {}).get("data") or {}
+        if "segments" in data:
+            data["segments"] = [s for s in data["segments"] if s.get("mapped_by")]
+
+
 def install(src: Path, conds: list[str]) -> None:
     index_path = FIXTURES / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {"snapshots": {}}
@@ -131,6 +141,7 @@ def install(src: Path, conds: list[str]) -> None:
             mine = _mine(snap, meta["root_pid"], {meta["client_pid"]})
             snap["probes"] = _trim(snap["probes"], mine)
             snap["passes"] = [_trim(p, mine) for p in snap.get("passes", [])]
+            _drop_others_leftovers(snap)
         name = f"{cond}.json.gz"
         (FIXTURES / name).write_bytes(gzip.compress(json.dumps(snap, separators=(",", ":")).encode(), 9, mtime=0))
         live = json.loads((src / f"triage-{cond}.json").read_text() or "{}")
