@@ -23,6 +23,7 @@ from vllmdiag.model import Finding, Snapshot
 from vllmdiag.stack_classes import ENGINE_WAITING_WORKERS, IDLE
 
 CODE = "fleet.stage_held"
+CODES = (CODE,)
 STALL = "gpu.stall_suspected"
 
 
