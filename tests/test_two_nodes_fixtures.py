@@ -101,6 +101,9 @@ def test_node1_worker_killed_while_its_headless_server_is_still_there_is_named_b
     assert [(c.node, c.rank) for c in v.culprits] == [("node1", 1)], v.culprits
     (missing,) = [f for f in report.findings if f.code == "fleet.rank_missing"]
     assert missing.evidence["unseen_node_ranks"] == [] and "node-rank layout node1" in missing.message
+    # node1 alone read healthy (idle, nothing in flight): its headless server runs no worker any more
+    assert [(n.name, n.verdict) for n in report.nodes] == [("node0", "blocked"), ("node1", "degraded")]
+    assert "fleet.headless_without_workers" in codes(report, "node1")
 
 
 def test_after_the_next_request_both_nodes_are_gone() -> None:
@@ -188,3 +191,5 @@ def test_pp_stage_killed_on_node1_is_named(state: str) -> None:
     assert [(c.node, c.title) for c in v.culprits] == [("node1", "VLLM::Worker_PP1")], v.culprits
     (missing,) = [f for f in report.findings if f.code == "fleet.rank_missing"]
     assert missing.evidence["missing_pp_ranks"] == [1]
+    node1 = next(n for n in report.nodes if n.name == "node1")
+    assert node1.verdict == ("degraded" if state.endswith("headless-left") else "no-deployment"), node1

@@ -179,7 +179,7 @@ def _mp_shares(group: rank_groups.RankGroup, nodes: dict[str, _Node], snaps: dic
     for name, kept in shares.items():
         nodes[name].findings = kept
     if any(f.severity != "info" for f in cross):
-        return []
+        return headless_share.stranded(group)
     # The engine's node keeps its own stall warning (work in flight, nothing moved there: true of it).
     held = pipeline_stages.check(group, snaps, shares)
     return [] if held is None else [held]

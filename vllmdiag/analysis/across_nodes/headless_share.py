@@ -29,6 +29,8 @@ HEADLESS_ENGINE_CODES = ("process.workers_orphaned", "process.engine_missing")
 LOCAL_COMPARE_CODES = ("gpu.rank_missing", "gpu.rank_straggler", "gpu.collective_mismatch")
 STARTING_CODES = ("handshake.starting",)
 NOT_READY_CODES = ("handshake.starting", "handshake.startup_rank_held", "handshake.startup_stuck")
+STRANDED = "fleet.headless_without_workers"
+CODES = (STRANDED,)
 
 
 def is_share(member: Member) -> bool:
@@ -94,3 +96,22 @@ def _serving_progress(f: Finding, group: RankGroup, head: Member) -> Finding:
     msg = (f"{what} (headless share of group {group.key}: its EngineCore runs on {head.node} and reported "
            "ready; the group's progress is judged there).")
     return dataclasses.replace(f, message=msg, evidence=ev)
+
+
+def stranded(group: RankGroup) -> list[Finding]:
+    """A headless share whose `vllm serve --headless` runs no worker any more: seen live after its worker
+    was killed (vLLM's monitor shut the executor down; the server lingered, then exited). Alone that node
+    read "healthy" (idle, nothing in flight); the group cannot step without its ranks."""
+    out = []
+    for m in group.members:
+        live = [w for w in m.deployment.with_role("worker", "worker_starting") if w.get("state") not in ("Z", "X")]
+        if not m.headless or live:
+            continue
+        msg = (f"{m.node}'s `vllm serve --headless` (pid {m.deployment.root_pid}) runs no worker: its share of group "
+               f"{group.key} is gone (vLLM shuts a headless executor down when one of its workers dies); "
+               "the group cannot step without it.")
+        out.append(Finding(code=STRANDED, layer="process", severity="warning", node=m.node, message=msg,
+                           pids=[m.deployment.root_pid], deployment=m.deployment.id,
+                           evidence={"group": group.key, "headless_pid": m.deployment.root_pid,
+                                     "node_rank": m.node_rank}))
+    return out
