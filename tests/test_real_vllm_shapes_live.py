@@ -162,30 +162,6 @@ class TestTwoApiServers:
         check(server, tmp_path, "api1-sigstop", "blocked", ("process",), "VLLM::APIServer_1")
 
 
-class TestFaultTolerance:
-    """`--enable-fault-tolerance` (with `--data-parallel-rank 0`, vLLM's external-LB mode it requires): a
-    model step raises, the EngineCore aborts its requests and waits for an instruction (UNHEALTHY)."""
-
-    @pytest.fixture(scope="class")
-    def server(self) -> Iterator[RealServer]:
-        yield from serve_shape("ft")
-
-    def test_idle_is_healthy(self, server: RealServer, tmp_path: Path) -> None:
-        check(server, tmp_path, "ft-idle", "healthy", (None,), None)
-
-    @PENDING
-    def test_paused_engine_is_said_paused_not_hung(self, server: RealServer, tmp_path: Path) -> None:
-        snap = tmp_path / "ft-paused.json"
-        with shapes.CONDITIONS["ft-paused"](server):
-            rc, live = scenarios.triage(server, snap)
-        _keep(snap, "ft-paused")
-        code, offline = scenarios.analyze(snap, server.sid)
-        for report in (live, offline):
-            v = report["verdict"]
-            assert v["status"] not in ("healthy", "blocked") and not v.get("culprits"), _said(report)
-            assert "paused" in str(v.get("summary")).lower(), _said(report)
-
-
 class TestKilled:
     """TP=2 in a private /dev/shm, `kill -9` of its process group: triage and gate inside that namespace."""
 
