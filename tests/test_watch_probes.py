@@ -245,12 +245,14 @@ def test_kubelet_sees_a_restart_as_alive_and_a_hang_fail_ready_then_live_after_t
 
             lines = remembered(out)
             assert lines and dep_id in lines[0] and "layer gpu" in lines[0] and "rank 1" in lines[0], lines
-            per = live.once()
-            assert per.code == 503
-        gone = time.monotonic()  # the hung deployment removed (a kubelet's restart): alive within the grace
+        # The hung deployment removed (a kubelet's restart): alive within the grace, counted from the pass
+        # that saw it gone (on a loaded machine that pass may come seconds after the processes ended).
+        noticed = live.wait_for(lambda r: "no-deployment" in r.body, 60)
+        assert noticed is not None and noticed.code == 200, noticed
+        last_seen = noticed.at - int(re.search(r"\((\d+) s\)", noticed.body).group(1))  # type: ignore[union-attr]
         later = live.wait_for(lambda r: r.code == 503 and "no-deployment" in r.body, GRACE_S + 30)
-        assert later is not None and later.at - gone >= GRACE_S - 3, "gone fails only past --gone-grace"
-        assert not [r for r in live.results if gone + 3 < r.at < gone + GRACE_S - 3 and r.code != 200]
+        assert later is not None and later.at - last_seen >= GRACE_S - 1, "gone fails only past --gone-grace"
+        assert not [r for r in live.results if noticed.at <= r.at < later.at and r.code != 200]
         watcher.send_signal(signal.SIGTERM)
         assert watcher.wait(timeout=60) == 0
         assert "Traceback" not in log.read_text()
