@@ -306,11 +306,23 @@ class RealServer:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         self.proc.wait(timeout=10)
                 notes += [f"left running: {pid} {_comm_state(pid)[0]}" for pid in self._live_members()]
-            for name in sorted(self.segments):
-                path = f"/dev/shm/{name}"
-                if os.path.exists(path) and not self._mapped_anywhere(name):
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
+            # A SIGKILLed worker maps GBs and takes a while to exit: its rings stay mapped for a moment after
+            # it is reaped from our view. Wait (bounded) rather than leave them to read as another run's leak.
+            left = sorted(self.segments)
+            until = time.monotonic() + 15.0
+            while left:
+                for name in list(left):
+                    path = f"/dev/shm/{name}"
+                    if not os.path.exists(path):
+                        left.remove(name)
+                    elif not self._mapped_anywhere(name):
+                        with contextlib.suppress(OSError):
+                            os.unlink(path)
+                        left.remove(name)
+                if not left or time.monotonic() > until:
+                    break
+                time.sleep(0.25)
+            notes += [f"left mapped: /dev/shm/{name}" for name in left]
         finally:
             if self._lock is not None:
                 self._lock.close()
