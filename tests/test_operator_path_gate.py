@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllmdiag.gate.nagios import plugin_line
+from vllmdiag.render.nagios_view import plugin_line
 from vllmdiag.gate.result import CheckResult, NodeGateResult
 
 ROOT = Path(__file__).resolve().parent.parent

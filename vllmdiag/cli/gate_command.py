@@ -35,7 +35,7 @@ def gate_command(
     if not nagios:
         return _gate(config, tp, url, junit, json_out, prom, show_config)
     from vllmdiag.errors import VllmdiagError
-    from vllmdiag.gate.nagios import error_line, plugin_line
+    from vllmdiag.render.nagios_view import error_line, plugin_line
 
     if json_out or show_config:
         line, code = error_line("--nagios prints the plugin line only: without --json and --default-config")

@@ -14,7 +14,7 @@ STATE = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
 
 def _plain(text: str, limit: int = 160) -> str:
     """One line without the characters that end the text (`|` starts perfdata) or the line."""
-    from vllmdiag.render.safe import clean
+    from vllmdiag.render.safe import clean  # a renderer: the gate result in, the plugin line out
 
     out = clean(text).replace("|", "/")
     return out if len(out) <= limit else out[:limit - 1] + "…"
