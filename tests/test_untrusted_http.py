@@ -225,6 +225,10 @@ def test_fuzz_metrics_values_are_finite_non_negative_counts_or_dropped_and_said(
         if key == "metrics_dropped":
             assert isinstance(value, list) and 0 < len(value) <= http.MAX_DROPPED + 1
             continue
+        if key == "by_engine":  # per DP engine label: the same finite non-negative counts, bounded keys
+            assert isinstance(value, dict) and len(value) <= http.MAX_ENGINES
+            assert all(isinstance(v, float) and math.isfinite(v) and v >= 0 for m in value.values() for v in m.values())
+            continue
         assert value is None or (isinstance(value, float) and math.isfinite(value) and value >= 0), (key, value)
     for key, value in gate.items():
         assert key == "dropped" or (math.isfinite(value) and value >= 0), (key, value)
