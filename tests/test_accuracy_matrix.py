@@ -29,7 +29,7 @@ TPS = (2, 4, 8)
 EXPECT: dict[str, tuple[str, str | None, str | None]] = {
     fault: answer for fault, answer in EXPECTED.items()
     if fault not in {"shm-small", "api-killed", "dp-out-of-step", "pp-stage-stuck", "ep-rank-odd", "kv-wait",
-                     "dp-rank-held", "dp-idle-beside-load"}}
+                     "dp-rank-held", "dp-idle-beside-load", "api-server-stopped"}}
 # Faults whose TP sizes differ from TPS (TP=1 runs the model in the EngineCore: no group, no workers).
 FAULT_TPS: dict[str, tuple[int, ...]] = {"uniform-collective": (2, 4, 8), "uniform-sync": (1, 2, 4, 8),
                                          "long-step": (1, 2, 4, 8), "healthy-slow": (1, 2, 4, 8), "compiling": (2, 4, 8),
@@ -163,6 +163,8 @@ SHAPE_CASES: dict[tuple[str, str, int, int | None], tuple[str, str | None, str |
     ("dense-dp", "dp-idle-beside-load", 1, 0): EXPECTED["dp-idle-beside-load"],
     ("dense-dp", "dp-rank-held", 1, 1): EXPECTED["dp-rank-held"],
     ("dense-dp", "dp-rank-held", 1, 0): EXPECTED["dp-rank-held"],
+    # APIServer_1 stopped beside a serving APIServer_0 (one shared socket): named, as on the real server
+    ("dense-dp", "api-server-stopped", 1, 1): EXPECTED["api-server-stopped"],
 }
 DP_SHAPES = ("dp", "dp-external", "dense-dp")
 
@@ -207,6 +209,9 @@ def test_shape_is_named(case: tuple[str, str, int, int | None], tmp_path: Path, 
         elif who == "kv_producer":  # no local process at all: the producer is another deployment
             ok_culprit = bool(first) and first[0].role == "kv_producer" and first[0].pid is None and not any(
                 c.role in ("engine_core", "worker") for c in v.culprits)
+        elif who == "api_server_child":  # VLLM::APIServer_<rank>, by pid
+            ok_culprit = bool(first) and first[0].role == "api_server_child" and first[0].pid in [
+                p["pid"] for p in dep.processes if p["role"] == "api_server_child" and p.get("rank") == rank]
         elif who == "dp_worker":  # the held DP rank's worker, known by its parent EngineCore_DP<rank>
             ok_culprit = bool(first) and first[0].role == "worker" and first[0].pid in [
                 p["pid"] for p in dep.processes if p["role"] == "worker" and p.get("dp_rank") == rank]

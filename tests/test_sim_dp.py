@@ -148,6 +148,12 @@ def test_dp_idle_beside_load_loads_only_its_rank(sim_state: Path) -> None:  # no
         assert later["0"] > first["0"] and later.get("1", 0) == first.get("1", 0) == 0, (first, later)
 
 
+def test_api_server_stopped_needs_api_servers(sim_state: Path) -> None:  # noqa: F811
+    with pytest.raises(FaultError, match=re.escape("needs API servers under a manager `vllm serve` (--dp 2 or "
+                                                   "--api-server-count 2) and --rank one of them (none here)")):
+        Deployment.up(tp=2, fault="api-server-stopped")
+
+
 @pytest.mark.parametrize(("kw", "said"), [
     ({"dp": 1}, "needs a dense data-parallel deployment"),
     ({"dp": 2, "shape": "ep"}, "needs a dense data-parallel deployment: `vllmdiag sim up --dp 2 --fault dp-rank-held` "

@@ -47,6 +47,9 @@ def _fault_target(dep: Deployment) -> str:
              "client": f"the HTTP client, pid {' '.join(map(str, dep.pids_by_role.get('client', []))) or '?'}"}
     if who in fixed:
         return fixed[who]
+    if who == "api_server_child":  # --rank is the API server's index
+        stopped = [p["pid"] for p in dep.processes if p["role"] == "api_server_child" and p.get("rank") == dep.rank]
+        return f"VLLM::APIServer_{dep.rank}, pid {stopped[0] if stopped else 'gone'}"
     if who == "dp_worker":  # dense DP: --rank is the DP rank; its worker(s) are titled without it
         held = [p for p in dep.processes if p["role"] == "worker" and p.get("dp_rank") == dep.rank]
         return (f"DP rank {dep.rank}'s worker: " + ", ".join(f"{p['title']} pid {p['pid']}" for p in held)

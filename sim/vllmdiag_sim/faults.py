@@ -56,6 +56,8 @@ FAULTS: dict[str, str] = {
     "kv-wait": "P/D decode (kv_consumer): requests wait WAITING_FOR_REMOTE_KVS for KV the prefill never sends (#53095)",
     "dp-rank-held": "DP 2+: DP rank --rank (default 1)'s worker held in its forward; dense: the other DP ranks keep "
                     "serving a steady load; MoE (shape dp): they wait for it in the MoE dispatch (issue 33)",
+    "api-server-stopped": "API server --rank (default 1) of a manager `vllm serve` (--dp 2+ or --api-server-count 2+) "
+                          "SIGSTOPped; the others serve on the shared socket",
     "dp-idle-beside-load": "dense DP (--dp 2+): DP rank --rank (default 0) serves a steady load, the other DP ranks "
                            "idle (healthy)",
 }
@@ -96,6 +98,7 @@ EXPECTED: dict[str, tuple[str, str | None, str | None]] = {
     # the held DP rank's worker (a plain VLLM::Worker under EngineCore_DP<rank>), named as that DP rank's
     "dp-rank-held": ("blocked", "gpu", "dp_worker"),
     "dp-idle-beside-load": ("healthy", None, None),  # an idle DP rank beside a loaded one is no stall
+    "api-server-stopped": ("blocked", "process", "api_server_child"),  # VLLM::APIServer_<rank>, as on a real one
 }
 RANKED = {"worker-killed", "worker-gone", "worker-stopped", "rpc-ring-full", "response-ring-full",
           "straggler", "collective-mismatch", "compiling"}
@@ -145,6 +148,13 @@ def inject(dep: Deployment, fault: str, rank: int | None) -> None:
     local = range(dep.node_rank * dep.tp // dep.nnodes, (dep.node_rank + 1) * dep.tp // dep.nnodes)
     if fault == "pp-stage-stuck":  # its rank is the stage that wedges
         rank = 0 if rank is None else rank
+    if fault == "api-server-stopped":  # its rank is the API server's index (VLLM::APIServer_<rank>)
+        servers = sorted(int(p["rank"]) for p in dep.processes if p["role"] == "api_server_child")
+        rank = (1 if 1 in servers else None) if rank is None else rank
+        if rank not in servers:
+            raise FaultError(f"{fault} needs API servers under a manager `vllm serve` (--dp 2 or --api-server-count 2) "
+                             f"and --rank one of them ({', '.join(map(str, servers)) or 'none here'})")
+        dep.rank = rank
     if fault in DENSE_DP:  # its rank is a DP rank: the held one (dp-rank-held)
         if dep.dp < 2 or dep.shape not in ("serve", "dp") or (dep.shape == "dp" and fault != "dp-rank-held"):
             raise FaultError(f"{fault} needs a dense data-parallel deployment: `vllmdiag sim up --dp 2`")
@@ -266,6 +276,12 @@ def _grammar_load(dep: Deployment, rank: int | None) -> None:
     wait_for(lambda: ack_exists(dep, "grammar-compiling-2"), "the second grammar compile")
 
 
+def _api_server_stopped(dep: Deployment, rank: int) -> None:
+    pid = next(p["pid"] for p in dep.processes if p["role"] == "api_server_child" and p["rank"] == rank)
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: status(pid) == "stopped", f"API server {pid} to be stopped")
+
+
 def _dp_rank_held(dep: Deployment, rank: int) -> None:
     """The other DP ranks serve a steady load; one request pinned to DP rank ``rank`` takes its worker(s)
     into the forward, where they stay."""
@@ -321,6 +337,7 @@ ACTIONS: dict[str, Callable[[Deployment, int], None]] = {
     "grammar-load": _grammar_load,
     "kv-wait": lambda d, r: _hang_with_request(d, "kv-wait"),
     "dp-rank-held": _dp_rank_held,
+    "api-server-stopped": _api_server_stopped,
     "dp-idle-beside-load": lambda d, r: _with_client(d, "load", "client-load", r),
 }
 
