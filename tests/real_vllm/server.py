@@ -513,9 +513,10 @@ class PrivateShmServer(RealServer):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and self.ns_pid is None:
             kids = _read(f"/proc/{self.holder.pid}/task/{self.holder.pid}/children").split()
-            # with a PID namespace unshare forks the holder; without, it execs into it
-            for pid in [*kids, str(self.holder.pid)] if self.own_pids else [str(self.holder.pid)]:
-                if NS_INIT_TAG in _read(f"/proc/{pid}/cmdline"):
+            # with a PID namespace unshare forks the holder (unshare's own argv names the tag too: not it);
+            # without, unshare execs into the holder
+            for pid in kids if self.own_pids else [str(self.holder.pid)]:
+                if _read(f"/proc/{pid}/cmdline").startswith(sys.executable) and NS_INIT_TAG in _read(f"/proc/{pid}/cmdline"):
                     self.ns_pid = int(pid)
             time.sleep(0.1)
         if self.ns_pid is None:
