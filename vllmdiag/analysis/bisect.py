@@ -102,7 +102,10 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
             verdict.confidence = "medium"
         return verdict
     starting = next((f for f in findings if f.code == "handshake.starting"), None)
-    if starting is not None and (starting.evidence.get("moving") or not _blind_spots(snapshot)):
+    # A share of a deployment whose engine runs on another node (`--headless`) never reports ready itself:
+    # alone it is "not all of it is on this node" (below); the sweep judges it with its engine's node.
+    elsewhere = any(f.evidence.get("out_of_view") for f in findings)
+    if starting is not None and not elsewhere and (starting.evidence.get("moving") or not _blind_spots(snapshot)):
         return _starting(starting)
     progress = next((f for f in findings if f.code == "gpu.progress"), None)
     seen = progress.evidence if progress is not None else {}

