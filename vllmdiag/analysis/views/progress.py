@@ -266,9 +266,12 @@ def _dep_metrics(snap: Snapshot, dep: Deployment) -> list[dict[str, Any]]:
             out += [m for m in server.get("metrics") or [] if isinstance(m, dict)]
     if dep.engine_label is None:
         return out
-    # A DP rank group reads its own engine's series only; a sample without them says nothing of it.
+    # A DP rank group reads its own engine's series only; a sample without them says nothing of it. One
+    # engine label alone for several engines is not trusted (a real DP=2 /metrics once read engine="0" only
+    # while its sums were both ranks'): then no group reads /metrics, rather than one vouching for another.
     return [{"status": m.get("status"), **mine} for m in out
-            if isinstance(mine := (m.get("by_engine") or {}).get(dep.engine_label), dict)]
+            if isinstance(by := m.get("by_engine"), dict) and len(by) > 1
+            and isinstance(mine := by.get(dep.engine_label), dict)]
 
 
 def _metrics(passes: list[Snapshot], dep: Deployment, p: Progress) -> None:
