@@ -202,7 +202,7 @@ def test_strace_gate_never_opens_a_device_for_create_or_renames_onto_it(tmp_path
     """The original bug: rename(tmp, "/dev/null"). Now: /dev/null opened without O_CREAT/O_TRUNC, no rename."""
     log = tmp_path / "strace.log"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    link = tmp_path / "victim-link.xml"
+    link = tmp_path / "victim-link.prom"  # a name node_exporter reads: refused for being a link, not for its name
     victim = tmp_path / "victim"
     victim.write_text("keep\n")
     link.symlink_to(victim)

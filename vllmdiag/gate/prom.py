@@ -16,9 +16,22 @@ from vllmdiag.gate.result import STATUSES, FleetGateResult, NodeGateResult
 
 def check_name(path: Path, option: str) -> None:
     """A textfile name node_exporter reads (NAME.prom), or BadInput: one line, exit 2."""
+    if _device(path):
+        return  # /dev/stdout, a pipe: not a textfile for node_exporter, written as asked (outfile's device rules)
     if not path.name.endswith(".prom") or path.name == ".prom":
         raise BadInput(f"{option} {str(path)[:300]!r}: node_exporter reads only files named *.prom; "
                        "name the file NAME.prom")
+
+
+def _device(path: Path) -> bool:
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
 
 
 def fleet_prom(fleet: FleetGateResult) -> str:
