@@ -52,6 +52,11 @@ ENGINE_STEPS = {
     "nothing odd, and replaces each node's share's gpu.stall_suspected: a step of the join, not one more check",
     "vllmdiag.analysis.across_nodes.dp_world_joined": "reads every node's deployments at once (DP ranks that are "
     "separate `vllm serve` per node form no rank group) and replaces node-local codes (REPLACED)",
+    "vllmdiag.analysis.across_nodes.headless_share": "edits every node's findings of a group spanning nodes "
+    "(a headless node's executor is no EngineCore gone, its start-up ends when the engine's node is ready): a step "
+    "of the join, not one more check",
+    "vllmdiag.analysis.across_nodes.pipeline_stages": "runs only where the engine's node watched nothing move and "
+    "replaces its gpu.stall_suspected with the stage held on another node: a step of the join",
 }
 # Known edges that wait for another change to land, each with the reason. Empty is the goal.
 ALLOWED: set[tuple[str, str]] = set()
