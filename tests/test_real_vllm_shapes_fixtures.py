@@ -33,11 +33,12 @@ VERDICTS: list[Any] = [
     pytest.param("dp-idle.json.gz", 0, "healthy", (None,), None, id="dp-idle"),
     # `kill -9` of the whole process group (inside its own namespace and /dev/shm): nothing runs, leftovers only
     pytest.param("killed.json.gz", 3, "no-deployment", (None,), "leftovers", id="killed"),
-    # DP1's worker held in its forward while DP0 serves completions: DP0's tokens never vouch for DP1. On the
-    # loaded 2-core node the triage's budget cut its confirm window to 2.3 s (under the 3 s a stall needs to be
-    # called a block), so degraded is as right as blocked here; healthy, or any other culprit, is not.
-    pytest.param("dp1-held-dp0-loaded.json.gz", 1, ("blocked", "degraded"), BLOCKING, "VLLM::Worker",
-                 id="dp1-held-dp0-loaded"),
+    # DP1's worker held in its forward while DP0 serves completions: DP0's tokens never vouch for DP1
+    pytest.param("dp1-held-dp0-loaded.json.gz", 1, "blocked", BLOCKING, "VLLM::Worker", id="dp1-held-dp0-loaded"),
+    # the same, where the loaded 2-core node let the triage's budget watch only 2.3 s (under the 3 s a stall needs
+    # to be called a block): degraded is as right as blocked; healthy, or any other culprit, is not
+    pytest.param("dp1-held-dp0-loaded-short-watch.json.gz", 1, ("blocked", "degraded"), BLOCKING, "VLLM::Worker",
+                 id="dp1-held-dp0-loaded-short-watch"),
     pytest.param("dp1-idle-dp0-loaded.json.gz", 0, "healthy", (None,), None, id="dp1-idle-dp0-loaded"),
     pytest.param("moe-idle.json.gz", 0, "healthy", (None,), None, id="moe-idle"),
     # MoE DP=2: DP1 held in its forward, DP0 waits in the first MoE layer's dispatch all-gather: the rank that
@@ -47,6 +48,8 @@ VERDICTS: list[Any] = [
     # PP=2 under load: two batches in flight (step_with_batch_queue), the stages take turns: healthy
     pytest.param("pp-load.json.gz", 0, "healthy", (None,), None, id="pp-load"),
     pytest.param("pp-stage1-held.json.gz", 1, "blocked", BLOCKING, "VLLM::Worker_PP1", id="pp-stage1-held"),
+    # stage 0 held: stage 1 waits in recv for its intermediate tensors; the stage that never sent is the culprit
+    pytest.param("pp-stage0-held.json.gz", 1, "blocked", BLOCKING, "VLLM::Worker_PP0", id="pp-stage0-held"),
     pytest.param("api-idle.json.gz", 0, "healthy", (None,), None, id="api-idle"),
     pytest.param("api1-sigstop.json.gz", 1, "blocked", ("process",), "VLLM::APIServer_1", id="api1-sigstop"),
 ]

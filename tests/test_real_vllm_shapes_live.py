@@ -146,6 +146,9 @@ class TestPP2:
     def test_stage_held_is_the_culprit(self, server: RealServer, tmp_path: Path) -> None:
         check(server, tmp_path, "pp-stage1-held", "blocked", BLOCKED_LAYERS, "VLLM::Worker_PP1")
 
+    def test_first_stage_held_is_the_culprit(self, server: RealServer, tmp_path: Path) -> None:
+        check(server, tmp_path, "pp-stage0-held", "blocked", BLOCKED_LAYERS, "VLLM::Worker_PP0")
+
 
 class TestTwoApiServers:
     """`--api-server-count 2`: a manager `vllm serve` -> `VLLM::APIServer_0/1` and one engine."""

@@ -53,7 +53,7 @@ SHAPES: dict[str, Shape] = {
     "dp2": Shape(_private(1, dp=2), None, ["dp-idle", "dp1-held-dp0-loaded", "dp1-idle-dp0-loaded"]),
     "killed": Shape(lambda root: PrivateShmServer(2, root), None, ["killed"]),
     "moe-dp2": Shape(_private(1, dp=2, model_kind="mixtral"), None, ["moe-idle", "moe-dp1-held"]),
-    "pp2": Shape(_private(1, pp=2), None, ["pp-idle", "pp-load", "pp-stage1-held"]),
+    "pp2": Shape(_private(1, pp=2), None, ["pp-idle", "pp-load", "pp-stage1-held", "pp-stage0-held"]),
     "api2": Shape(_private(1, api_servers=2), None, ["api-idle", "api1-sigstop"]),
 }
 # Not a shape on the CPU build: vLLM 0.32's fault tolerance (`--enable-fault-tolerance`) wants an external-LB DP
@@ -194,19 +194,28 @@ def pp_load(server: RealServer) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def pp_stage1_held(server: RealServer) -> Iterator[int]:
-    """Stage 1 blocks in its forward; stage 0 has sent its activations and waits for the next step."""
-    server.hang("pp-1")
+def _pp_stage_held(server: RealServer, stage: int) -> Iterator[int]:
+    server.hang(f"pp-{stage}")
     threads = [server.send_completion_async() for _ in range(2)]
     try:
-        server.wait_holding("hang-pp-1", timeout=120)
+        server.wait_holding(f"hang-pp-{stage}", timeout=120)
         time.sleep(SETTLE_S)
-        yield _pid_titled(server, "VLLM::Worker_PP1")
+        yield _pid_titled(server, f"VLLM::Worker_PP{stage}")
     finally:
         server.release()
         for t in threads:
             t.join(timeout=60)
         _wait_idle(server)
+
+
+def pp_stage1_held(server: RealServer) -> contextlib.AbstractContextManager[int]:
+    """Stage 1 blocks in its forward; stage 0 has sent its activations and waits for the next step."""
+    return _pp_stage_held(server, 1)
+
+
+def pp_stage0_held(server: RealServer) -> contextlib.AbstractContextManager[int]:
+    """Stage 0 blocks in its forward; stage 1 waits for its activations (`recv_tensor_dict`)."""
+    return _pp_stage_held(server, 0)
 
 
 # ---- several API servers ------------------------------------------------------------------------------------
@@ -262,5 +271,6 @@ CONDITIONS: dict[str, Callable[[RealServer], contextlib.AbstractContextManager[i
     "dp-idle": dp_idle, "dp1-held-dp0-loaded": dp1_held_dp0_loaded, "dp1-idle-dp0-loaded": dp1_idle_dp0_loaded,
     "moe-idle": dp_idle, "moe-dp1-held": moe_dp1_held,
     "pp-idle": idle, "pp-load": pp_load, "pp-stage1-held": pp_stage1_held,
+    "pp-stage0-held": pp_stage0_held,
     "api-idle": idle, "api1-sigstop": api1_sigstop, "killed": killed,
 }
