@@ -199,14 +199,16 @@ def triage_command(**given: Any) -> int:
     from vllmdiag.cli.progress_line import WatchBar
 
     _verbose(o["verbose"])
-    from vllmdiag.watch.history import say_remembered
-
-    say_remembered(sys.stderr)  # what a `watch` on this node saw first (its stall's onset, evidence), then ours
     with _confirm_bar() as tick, WatchBar(watch, enabled=sys.stderr.isatty() and not json_out) as bar:
         result = triage(pids=o["pid"], probes=o["probe"], options=options, budget_s=budget + watch, confirm_s=confirm,
                         on_confirm=bar.chain(tick), origin=origin)
     if o["pid"] and result.report.verdict.status == "no-deployment":
         pid_not_in_a_deployment(result.report, o["pid"])
+    from vllmdiag.watch.history import say_remembered
+
+    # What a `watch` on this node saw (its stall's onset, evidence), said before our verdict; after the look,
+    # so that a usage error stays the one line it is.
+    say_remembered(sys.stderr)
     window = confirm if any(s.options.get("confirm") for s in result.report.snapshots) else 0.0
     by = origin + max(budget + watch, window) + deadline.LAST_WORD_S - 0.05
     if any(float(s.options.get("startup_s") or 0.0) >= budget + watch for s in result.report.snapshots):

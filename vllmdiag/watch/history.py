@@ -34,6 +34,9 @@ def default_out_dir() -> Path | None:
     was started (in a shared directory another user could plant a link there: issue 25 item 6). Root:
     /var/lib/vllmdiag/watch (the unit's StateDirectory); others: $XDG_STATE_HOME/vllmdiag/watch, or
     ~/.local/state/vllmdiag/watch; None when neither is known (then --out is required)."""
+    given = os.environ.get(ENV, "")
+    if given.startswith("/"):  # where triage looks too: one setting for both (a test, a CI job, a pod's volume)
+        return Path(given)
     if os.geteuid() == 0:
         return Path("/var/lib/vllmdiag/watch")
     state = os.environ.get("XDG_STATE_HOME", "")

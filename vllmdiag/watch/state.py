@@ -62,6 +62,7 @@ class Event:
 
 PAUSED_CODE = "process.engine_paused"  # a finding: the engine waits for an instruction (fault tolerance)
 NOT_A_STALL = ("healthy", "starting")
+NOT_CONFIRMED = ("no-deployment", "inconclusive")
 GONE_KEPT = 64
 PAST_KEPT = 16  # a triage saw it move: a long step, or a start-up that moves
 
@@ -135,6 +136,8 @@ class Tracker:
         if verdict.get("status") in NOT_A_STALL:  # it moved while the triage looked (or it is idle)
             t.state, t.cleared, t.cleared_clients = "running", True, t.clients
             return False
+        if verdict.get("status") in NOT_CONFIRMED:  # gone while it looked (the next pass says so), or it could
+            return False  # not see: unknown is not dead, and neither is a stall to restart for or to remember
         t.state, t.stalls = "stalled", t.stalls + 1
         if now is not None:
             t.changed_at, t.confirmed_at, t.saved_at, t.evidence = now, now, None, ""
