@@ -138,7 +138,7 @@ def out_of_time(snap: Snapshot, budget_s: float, phase: str) -> Report:
            f"priority {prio.get('policy', 'unknown')})" + (f"; probes not complete: {', '.join(missing)}" if missing else "")
            + ".")
     fix = ("Re-run with a larger --budget (e.g. --budget 30), as root so vllmdiag can take SCHED_FIFO for its short "
-           "life (or under `chrt -f 10`), or from outside a CPU-throttled pod (see README, Kubernetes).")
+           "life (or under `chrt -f 10`), or from outside a CPU-throttled pod (see docs/priority.md, Kubernetes).")
     verdict = Verdict(status="inconclusive", summary="Inconclusive: " + why, evidence=[why], confidence="low",
                       next_steps=[fix])
     return Report(verdict=verdict, deployments=[], findings=[], snapshots=[snap])

@@ -153,7 +153,7 @@ def _fire(signum: int, frame: Any) -> None:
         f"at normal priority: the node is starved of CPU, vllmdiag got {100 * share:.0f} % of a core and could not take "
         "SCHED_FIFO)" if share < STARVED_SHARE else "at normal priority: a probe or the analysis ran past it)")
     fix = ("Re-run as root so vllmdiag can take SCHED_FIFO for its short life (or under `chrt -f 10`), with a larger "
-           "--budget (e.g. --budget 30), or from outside a CPU-throttled pod (see README, Kubernetes).")
+           "--budget (e.g. --budget 30), or from outside a CPU-throttled pod (see docs/priority.md, Kubernetes).")
     if _state["snapshot"]:  # collect: a snapshot the sweep (or `vllmdiag analyze`) reads as a blind node
         _say(_snapshot_line(why, took))
         _end(0)

@@ -151,7 +151,7 @@ def _starting(f: Finding) -> Verdict:
 
 TIMEOUT_FIX = ("The node is short of CPU (or a probe was slow): re-run with a larger --budget (e.g. --budget 30), "
                "as root (vllmdiag then takes SCHED_FIFO for its short life) or under `chrt -f 10`, or from outside a "
-               "CPU-throttled pod (README: Kubernetes).")
+               "CPU-throttled pod (docs/priority.md, Kubernetes).")
 
 
 def _cause_first(blind: list[str]) -> str:

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # The simulator is its own distribution (sim/pyproject.toml): production nodes install none of it.
-SIM_INSTALL = "python3 -m pip install ./sim"
+SIM_INSTALL = "python3 -m pip install dist/vllmdiag_sim-*.whl"  # the release (scripts/build-release)
 
 
 def _need_simulator() -> int:
@@ -59,8 +59,8 @@ def _need_simulator() -> int:
     import importlib.util
 
     if importlib.util.find_spec("vllmdiag_sim") is None:
-        raise BadInput(f"the simulator is not installed (demo and sim need it): run `{SIM_INSTALL}` "
-                       "in the vllmdiag checkout")
+        raise BadInput(f"the simulator is not installed (demo and sim need it): run `{SIM_INSTALL}` where the "
+                       "release was built (docs/install.md), or `python3 -m pip install ./sim` in a checkout")
     return 0
 
 

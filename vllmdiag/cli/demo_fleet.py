@@ -63,7 +63,7 @@ def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int 
         found, why = grade_fleet(result.report.to_dict()["verdict"], injected, sick)
         say(console, ("[bold green]FOUND[/] " if found else "[bold red]MISSED[/] ") + why)
         say(console, "tearing the nodes down ...")
-    say(console, f"done; exit code {result.exit_code} is the sweep's. Your own fleet: see README, 'Fleet quick start'.")
+    say(console, f"done; exit code {result.exit_code} is the sweep's. Your own fleet: see docs/fleet.md, 'Fleet quick start'.")
     return int(result.exit_code)
 
 
