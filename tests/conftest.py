@@ -20,6 +20,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("VLLMDIAG_TESTING", "1")
+    # watch's default --out and what triage reads of a watcher: a private directory for the run (as root the
+    # default is the machine's /var/lib/vllmdiag/watch: a test's watcher must not leave triage a memory there,
+    # nor a real watcher's state reach a test's triage).
+    if "VLLMDIAG_WATCH_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["VLLMDIAG_WATCH_DIR"] = _WATCH_DIR[0] = tempfile.mkdtemp(prefix="vllmdiag-test-watch-")
+
+
+_WATCH_DIR = [""]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _WATCH_DIR[0]:
+        import shutil
+
+        shutil.rmtree(_WATCH_DIR[0], ignore_errors=True)
 
 
 # ---- fast pure tests and live ones (issue 27) ------------------------------------------------------

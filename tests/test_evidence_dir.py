@@ -160,6 +160,9 @@ def test_watch_select_of_a_key_it_cannot_see_is_one_line_exit_2(item: str, tmp_p
 
 
 def test_watch_out_default_is_absolute(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLMDIAG_WATCH_DIR", "/srv/w")  # the one setting for watch and triage, when absolute
+    assert default_out_dir() == Path("/srv/w")
+    monkeypatch.setenv("VLLMDIAG_WATCH_DIR", "relative")  # never a path relative to where it was started
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert default_out_dir() == Path("/var/lib/vllmdiag/watch")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
