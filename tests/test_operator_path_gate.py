@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from vllmdiag.render.nagios_view import plugin_line
 from vllmdiag.gate.result import CheckResult, NodeGateResult
+from vllmdiag.render.nagios_view import plugin_line
 
 ROOT = Path(__file__).resolve().parent.parent
 CAN_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") is not None

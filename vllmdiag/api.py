@@ -17,8 +17,8 @@ from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
 if TYPE_CHECKING:  # the report classes load when a verdict is made, not for a collect
     from vllmdiag.model import NodeOutcome, Report
 
-EXIT_CODES = {"healthy": EXIT_HEALTHY, "starting": EXIT_HEALTHY, "blocked": EXIT_PROBLEM, "degraded": EXIT_PROBLEM, "no-deployment": EXIT_NO_DEPLOYMENT,
-              "inconclusive": EXIT_INCONCLUSIVE}
+EXIT_CODES = {"healthy": EXIT_HEALTHY, "starting": EXIT_HEALTHY, "blocked": EXIT_PROBLEM, "degraded": EXIT_PROBLEM,
+              "no-deployment": EXIT_NO_DEPLOYMENT, "inconclusive": EXIT_INCONCLUSIVE}
 MAX_SNAPSHOT_BYTES = 512 << 20
 # Written next to the snapshots by sweep --save; not *.json, so load_snapshots() does not take it for one.
 NODES_FILE = "nodes.sweep"

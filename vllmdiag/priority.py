@@ -115,6 +115,32 @@ def _apply(on: bool, by_flag: bool) -> dict[str, Any]:
         return {"policy": "SCHED_OTHER", "nice": os.nice(0), "why": f"{why}; nice refused ({exc.strerror})"}
 
 
+def thread_realtime() -> dict[str, Any]:
+    """SCHED_FIFO for the calling thread alone, by the rules above (RT throttling on, more than one core,
+    ``RLIMIT_RTTIME``, ``VLLMDIAG_BOOST=0`` honoured). For a resident thread that blocks between answers
+    and spends microseconds on each: watch's /livez, /readyz and /metrics server. On the real server under
+    load (2 cores, vLLM's OMP threads spinning) the watcher at normal priority left a kubelet's probe
+    without an answer for 3 s running (its timeoutSeconds is 1 s by default): three misses restart the pod.
+    The watcher's passes and triages stay at their own priority: only the answers jump the queue."""
+    if disabled_by_env():
+        return {"policy": _policy_name(), "why": f"{ENV}=0"}
+    if not hasattr(os, "sched_setscheduler"):
+        return {"policy": "normal", "why": "no sched_setscheduler on this platform"}
+    if os.sched_getscheduler(0) in (os.SCHED_FIFO, os.SCHED_RR):
+        return {"policy": _policy_name(), "why": "already real-time"}
+    runtime = _read_int(RT_RUNTIME)
+    if runtime is None or runtime < 0:
+        return {"policy": _policy_name(), "why": "kernel RT throttling is off or unknown: SCHED_FIFO not taken"}
+    if _one_core():
+        return {"policy": _policy_name(), "why": "a single usable core: SCHED_FIFO not taken there"}
+    try:
+        _limit_rt_time()
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
+    except (PermissionError, OSError, ValueError) as exc:
+        return {"policy": _policy_name(), "why": f"SCHED_FIFO refused ({type(exc).__name__}: {exc})"}
+    return {"policy": "SCHED_FIFO", "priority": FIFO_PRIORITY}
+
+
 def _launched() -> dict[str, Any]:
     """SCHED_FIFO taken by the `vllmdiag` launcher before the interpreter started (it checked the flags and
     RT throttling): the rest of the rules here, the RT-time limit and one usable core (then back to normal)."""

@@ -15,6 +15,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HELP = {
@@ -99,6 +100,7 @@ class Exporter:
         self._wake_r, self._wake_w = socket.socketpair()
         self._stop = threading.Event()
         self.dropped: dict[str, int] = {}  # why -> connections since the last log line
+        self.priority: dict[str, Any] = {}  # what the serving thread's scheduling class became
         self._logged = time.monotonic() - LOG_EVERY_S
         self.thread = threading.Thread(target=self._serve, name="watch-exporter", daemon=True)
 
@@ -123,6 +125,12 @@ class Exporter:
 
     # ---- the loop (exporter thread) ------------------------------------------------------------
     def _serve(self) -> None:
+        from vllmdiag.priority import thread_realtime
+
+        self.priority = thread_realtime()  # the answers jump a saturated node's queue (see there)
+        if self.priority.get("policy") != "SCHED_FIFO":
+            self._say(f"probes answered at {self.priority.get('policy')} priority ({self.priority.get('why')}): "
+                      "on a saturated node an answer may take longer than a kubelet's timeoutSeconds")
         sel = selectors.DefaultSelector()
         sel.register(self.sock, selectors.EVENT_READ, None)
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")

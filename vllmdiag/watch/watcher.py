@@ -32,6 +32,7 @@ PASS_BUDGET_S = 4.0
 # memory, CPU seconds and fds are bounded too (the watcher itself stays ~40 MB, 1-2 threads).
 PASS_MEMORY = 768 << 20  # address space over the watcher's own (a pass needs a few MB)
 PASS_NOFILE = 4096
+LOCK_WAIT_S = 0.1  # the exporter's wait for the watcher's lock before it answers from the last copy
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Watcher:
         self._lock = threading.Lock()
         self._last_blind = ""
         self._said: dict[str, str] = {}
+        self._last_view: View | None = None
 
     # ---- one pass ---------------------------------------------------------------------------
     def step(self) -> None:
@@ -86,6 +88,15 @@ class Watcher:
         api: dict[str, bool] = {}
         clients: dict[str, frozenset[str]] = {}
         seen, blind = watched(snap, self.cfg.select, api, clients)
+        unlisted = processes_unread(snap)
+        if unlisted:
+            # The pass could not list processes (its child killed at the budget on a saturated node): what
+            # it did not see is not gone. Each tracked deployment stays, unknown for this pass, so /readyz
+            # does not take a serving replica out of rotation and no restart reads as a departure.
+            for key, t in list(self.tracker.deps.items()):
+                if key not in seen:
+                    seen[key] = (t.deployment_id, t.root_pid)
+                    blind[t.deployment_id] = unlisted
         within = {p.deployment_id: p for p in deployment_progress([snap])}
         across = {p.deployment_id: p for p in deployment_progress([self.prev[0], snap])} if self.prev else {}
         with self._lock:
@@ -188,11 +199,22 @@ class Watcher:
 
     # ---- the exporter's view -----------------------------------------------------------------
     def view(self) -> View:
-        """The state /livez and /readyz read, copied under the lock (held only for assignments)."""
-        with self._lock:
+        """The state /livez and /readyz read, copied under the lock (held only for assignments). If the
+        main thread holds it longer (starved on a saturated node while it held it), the last copy answers,
+        at the present time: a kubelet's probe never waits for a pass."""
+        if not self._lock.acquire(timeout=LOCK_WAIT_S):
+            last = self._last_view
+            if last is not None:
+                return dc_replace(last, now=time.monotonic(), wall=time.time())
+            self._lock.acquire()  # before the first copy there is nothing else to answer from
+        try:
             tr = self.tracker
-            return View([dc_replace(t) for t in tr.deps.values()], tr.passes, tr.last_seen, tr.started,
-                        dict(tr.gone), time.monotonic(), time.time(), self.cfg.gone_grace_s, self.cfg.save_grace_s)
+            self._last_view = View([dc_replace(t) for t in tr.deps.values()], tr.passes, tr.last_seen, tr.started,
+                                   dict(tr.gone), time.monotonic(), time.time(), self.cfg.gone_grace_s,
+                                   self.cfg.save_grace_s)
+            return self._last_view
+        finally:
+            self._lock.release()
 
     def routes(self) -> dict[str, Any]:
         def route(judge: Any) -> Any:
@@ -256,6 +278,16 @@ def pass_limits(budget_s: float) -> dict[int, int]:
         own = 1 << 30
     return {resource.RLIMIT_CPU: math.ceil(budget_s) + 2, resource.RLIMIT_AS: own + PASS_MEMORY,
             resource.RLIMIT_NOFILE: PASS_NOFILE}
+
+
+def processes_unread(snap: Snapshot) -> str:
+    """Why this pass has no process list (the processes probe timed out or failed), or "" when it has one.
+    A partial list (a process that vanished while read) is a list: what it lacks is gone."""
+    res = snap.probes.get("processes")
+    if res is not None and res.status not in ("timeout", "error"):
+        return ""
+    why = f"{res.status}: {res.reason}" if res is not None else "not run"
+    return f"the processes probe could not list processes ({why}); the next pass looks again"
 
 
 def stuck_probe_threads() -> int:
