@@ -11,7 +11,7 @@ from typing import Any
 
 from vllmdiag.analysis.contract import analyzers, group_checks, layer_analyzers
 from vllmdiag.model import LAYERS
-from vllmdiag.playbook import load_playbooks
+from vllmdiag.playbooks.playbook import load_playbooks
 from vllmdiag.probe import PROBE_LAYERS
 from vllmdiag.registry import discover
 
@@ -74,7 +74,7 @@ def test_the_fast_yaml_loader_reads_every_shipped_file_as_the_pure_python_one() 
     """Rules and playbooks load with libyaml's loader when there is one (speed): the same documents."""
     import yaml
 
-    from vllmdiag.playbook import SAFE_LOADER
+    from vllmdiag.playbooks.playbook import SAFE_LOADER
 
     files = sorted(resources.files("vllmdiag.playbooks").iterdir(), key=lambda e: e.name)
     texts = [f.read_text("utf-8") for f in files if f.name.endswith(".yaml")]

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import vllmdiag.analysis.views.stack_match
+import vllmdiag.files.infile
+import vllmdiag.files.outfile
 import vllmdiag.gate.config
-import vllmdiag.infile
 import vllmdiag.model
-import vllmdiag.outfile
-import vllmdiag.playbook
+import vllmdiag.playbooks.playbook
 import vllmdiag.registry  # noqa: F401  (each module defines one error class)
 from vllmdiag.errors import BadInput, VllmdiagError, one_line
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from vllmdiag import errors
 from vllmdiag.analysis.views.stack_match import StackRulesError
-from vllmdiag.infile import InputError
+from vllmdiag.files.infile import InputError
+from vllmdiag.files.outfile import OutputError
 from vllmdiag.model import SnapshotError
-from vllmdiag.outfile import OutputError
-from vllmdiag.playbook import PlaybookError
+from vllmdiag.playbooks.playbook import PlaybookError
 from vllmdiag.registry import RegistryError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.outfile import OutputError, write_output
+from vllmdiag.files.outfile import OutputError, write_output
 from vllmdiag.watch.store import Store
 from vllmdiag.watch.watcher import default_out_dir
 

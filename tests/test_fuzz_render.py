@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from vllmdiag.analysis.bisect import analyze
 from vllmdiag.api import snapshots_from_json
+from vllmdiag.files.outfile import OutputError, write_output
 from vllmdiag.model import Report, SnapshotError
-from vllmdiag.outfile import OutputError, write_output
 from vllmdiag.render.files import to_html, to_markdown
 from vllmdiag.render.screen import render_report
 from vllmdiag.render.text import make_console

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.context import Context
-from vllmdiag.hardstop import GRACE_S, collect_bounded
 from vllmdiag.probe import ProbeSpec
 from vllmdiag.registry import Probe
+from vllmdiag.runtime.hardstop import GRACE_S, collect_bounded
 
 from fake_tree import fake_tree
 
@@ -132,8 +132,8 @@ def test_a_failed_child_of_the_default_probes_names_each_of_them(monkeypatch: An
     """With the default probes the child imports them (the parent does the analysis imports meanwhile);
     when it fails, the parent still names every probe that should have answered, and the meanwhile
     work ran here."""
-    from vllmdiag import runner
     from vllmdiag.registry import discover, select
+    from vllmdiag.runtime import runner
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("no collection today")

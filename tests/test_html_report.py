@@ -279,7 +279,7 @@ def test_commands_read_one_per_line_in_the_rendered_page_and_the_markdown(tmp_pa
     assert "\\x0a" not in text, [line for line in lines if "\\x0a" in line]
     for step in steps:  # the command itself: the "$" prompt is CSS, not text a copy takes along (issue 35 item 5)
         assert step in lines and f"$ {step}" not in lines, (step, lines)
-    from vllmdiag.playbook import load_playbooks
+    from vllmdiag.playbooks.playbook import load_playbooks
     from vllmdiag.render.report_data import confirm_commands
 
     books, d = load_playbooks(), report.to_dict()

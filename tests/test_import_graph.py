@@ -28,13 +28,13 @@ def is_face(module: str) -> bool:
 FORBIDDEN = {
     # (importer prefix, imported prefixes it must never reach)
     "vllmdiag.probes": ("vllmdiag.analysis", "vllmdiag.render", "vllmdiag.sweep", "vllmdiag.gate", "vllmdiag.cli",
-                        "vllmdiag.api", "vllmdiag.runner"),
+                        "vllmdiag.api", "vllmdiag.runtime.runner"),
     "vllmdiag.render": ("vllmdiag.analysis", "vllmdiag.sweep", "vllmdiag.gate", "vllmdiag.cli", "vllmdiag.api",
-                        "vllmdiag.probes", "vllmdiag.runner"),
+                        "vllmdiag.probes", "vllmdiag.runtime.runner"),
     "vllmdiag.model": tuple(f"vllmdiag.{p}" for p in ("analysis", "render", "sweep", "gate", "cli", "api", "probes",
                                                        "runner", "context", "playbook", "registry")),
     "vllmdiag.analysis": ("vllmdiag.render", "vllmdiag.sweep", "vllmdiag.gate", "vllmdiag.cli", "vllmdiag.api",
-                          "vllmdiag.probes", "vllmdiag.runner"),
+                          "vllmdiag.probes", "vllmdiag.runtime.runner"),
     # A view is derived data, never a finding: it reads views, the model and the stack rules only.
     "vllmdiag.analysis.views": tuple(f"vllmdiag.analysis.{p}" for p in ("layers", "across_nodes", "bisect", "contract",
                                                                         "report_model", "verdict_writer")),

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.infile import InputError, read_input, read_yaml
+from vllmdiag.files.infile import InputError, read_input, read_yaml
 
 REAL = Path(__file__).parent / "data" / "vllm-real" / "snap-d-worker-tp1-sigstop.json"
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(

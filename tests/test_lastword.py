@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from vllmdiag import lastword
 from vllmdiag.errors import EXIT_INCONCLUSIVE
+from vllmdiag.runtime import lastword
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -35,7 +35,7 @@ def test_the_exit_code_is_the_cli_one() -> None:
 
 
 def test_a_triage_that_never_speaks_gets_an_inconclusive_json_verdict_by_budget_plus_one() -> None:
-    code = ("import time\nfrom vllmdiag import lastword\n"
+    code = ("import time\nfrom vllmdiag.runtime import lastword\n"
             "lastword.arm(['triage', '--json', '--budget', '0.5'])\n"
             "time.sleep(30)  # a start-up or a collection that never ends in time\nprint('never')\n")
     out, wall = _run(code)
@@ -49,25 +49,25 @@ def test_a_triage_that_never_speaks_gets_an_inconclusive_json_verdict_by_budget_
 
 
 def test_the_terminal_view_gets_one_line() -> None:
-    out, _ = _run("import time\nfrom vllmdiag import lastword\nlastword.arm(['triage', '--budget=0.3'])\n"
+    out, _ = _run("import time\nfrom vllmdiag.runtime import lastword\nlastword.arm(['triage', '--budget=0.3'])\n"
                   "time.sleep(30)\n")
     assert out.returncode == EXIT_INCONCLUSIVE
     assert out.stdout.startswith("vllmdiag: inconclusive: The 0.3 s budget ran out") and out.stdout.count("\n") == 1
 
 
 def test_a_verdict_being_written_stands_it_down_and_the_confirm_window_moves_it() -> None:
-    spoken, wall = _run("import time\nfrom vllmdiag import lastword\nlastword.arm(['triage', '--budget', '0.2'])\n"
+    spoken, wall = _run("import time\nfrom vllmdiag.runtime import lastword\nlastword.arm(['triage', '--budget', '0.2'])\n"
                         "lastword.spoken()\ntime.sleep(2.0)\nprint('the verdict')\n")
     assert spoken.returncode == 0 and spoken.stdout == "the verdict\n"
     # postponed 2 s past the budget: still asleep at budget + 1 s, cut before the script's own end
-    later, wall = _run("import time\nfrom vllmdiag import lastword\nt0 = lastword.process_start()\n"
+    later, wall = _run("import time\nfrom vllmdiag.runtime import lastword\nt0 = lastword.process_start()\n"
                        "lastword.arm(['triage', '--budget', '0.2'])\nlastword.postpone(t0 + 2.2)\n"
                        "time.sleep(1.5)\nprint('still here', flush=True)\ntime.sleep(30)\n")
     assert later.returncode == EXIT_INCONCLUSIVE and later.stdout.startswith("still here\nvllmdiag: inconclusive")
 
 
 def test_a_guard_nested_inside_gives_the_timer_back() -> None:
-    code = ("import time\nfrom vllmdiag import lastword\nfrom vllmdiag.deadline import guard\n"
+    code = ("import time\nfrom vllmdiag.runtime import lastword\nfrom vllmdiag.runtime.deadline import guard\n"
             "lastword.arm(['triage', '--json', '--budget', '0.2'])\n"
             "with guard(time.monotonic() + 60):\n    time.sleep(0.2)\n"
             "time.sleep(30)\n")
@@ -78,7 +78,7 @@ def test_a_guard_nested_inside_gives_the_timer_back() -> None:
 def test_the_collector_it_started_ends_with_it(tmp_path: Path) -> None:
     """What the command started does not outlive it: the collector's whole session is ended."""
     marker = tmp_path / "collector.pid"
-    code = ("import os, time\nfrom vllmdiag import lastword\n"
+    code = ("import os, time\nfrom vllmdiag.runtime import lastword\n"
             "pid = os.fork()\n"
             "if pid == 0:\n    os.setsid()\n    time.sleep(60)\n    os._exit(0)\n"
             f"open({str(marker)!r}, 'w').write(str(pid))\n"
@@ -105,7 +105,7 @@ def test_command_lines_it_cannot_read_plainly_arm_nothing() -> None:
     for argv in (["triage", "--budget", "abc"], ["triage", "--budget"], ["gate", "--config", "g.yaml"], ["triage", "-h"],
                  ["gate", "--url=http://x:1"], ["watch", "--budget", "0.5"],
                  ["triage", "--budget", "0.01"], ["triage", "--rates", "-1"]):
-        out, _ = _run(f"import time\nfrom vllmdiag import lastword\nlastword.arm({argv!r})\ntime.sleep(1.6)\n"
+        out, _ = _run(f"import time\nfrom vllmdiag.runtime import lastword\nlastword.arm({argv!r})\ntime.sleep(1.6)\n"
                       "print('ok')\n")
         assert out.returncode == 0 and out.stdout == "ok\n", argv
 
@@ -116,7 +116,7 @@ def test_a_starved_collect_answers_a_blind_snapshot_the_sweep_reads_as_inconclus
     from vllmdiag.analysis.bisect import analyze
     from vllmdiag.sweep.outcome import parse_snapshot
 
-    out, wall = _run("import time\nfrom vllmdiag import lastword\nlastword.arm(['collect', '--budget', '0.5'])\n"
+    out, wall = _run("import time\nfrom vllmdiag.runtime import lastword\nlastword.arm(['collect', '--budget', '0.5'])\n"
                      "time.sleep(30)\nprint('never')\n")
     assert out.returncode == 0 and "never" not in out.stdout and not out.stderr, out.stderr
     assert wall < 0.5 + lastword.LAST_WORD_S + SLACK_S, f"{wall:.1f} s"
@@ -128,7 +128,7 @@ def test_a_starved_collect_answers_a_blind_snapshot_the_sweep_reads_as_inconclus
 
 
 def test_a_collect_writing_to_a_file_says_one_line_and_exits_inconclusive(tmp_path: Path) -> None:
-    out, _ = _run("import time\nfrom vllmdiag import lastword\n"
+    out, _ = _run("import time\nfrom vllmdiag.runtime import lastword\n"
                   f"lastword.arm(['collect', '--out', {str(tmp_path / 'snap.json')!r}, '--budget=0.3'])\n"
                   "time.sleep(30)\n")
     assert out.returncode == EXIT_INCONCLUSIVE and out.stdout == "" and not (tmp_path / "snap.json").exists()
@@ -160,12 +160,12 @@ def test_the_installed_collect_held_off_the_cpu_still_answers_in_time() -> None:
 
 def test_a_starved_gate_fails_with_the_budget_check() -> None:
     """A gate that could not finish its checks in its budget did not pass: exit 1, the check `budget`."""
-    out, wall = _run("import time\nfrom vllmdiag import lastword\nlastword.arm_gate(0.5, True)\ntime.sleep(30)\n")
+    out, wall = _run("import time\nfrom vllmdiag.runtime import lastword\nlastword.arm_gate(0.5, True)\ntime.sleep(30)\n")
     assert out.returncode == lastword.EXIT_GATE_FAIL and wall < 0.5 + lastword.LAST_WORD_S + SLACK_S, out.stderr
     gate = json.loads(out.stdout)["gate"]
     assert gate["status"] == "fail" and gate["failed_required"] == ["budget"]
     assert "0.5 s budget ran out before the gate's checks" in gate["checks"][0]["reason"]
-    text, _ = _run("import time\nfrom vllmdiag import lastword\nlastword.arm_gate(0.3, False)\ntime.sleep(30)\n")
+    text, _ = _run("import time\nfrom vllmdiag.runtime import lastword\nlastword.arm_gate(0.3, False)\ntime.sleep(30)\n")
     assert text.returncode == 1 and text.stdout.startswith("vllmdiag gate: FAIL: The 0.3 s budget ran out")
 
 

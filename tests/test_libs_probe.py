@@ -15,7 +15,7 @@ import pytest
 from vllmdiag.context import Context
 from vllmdiag.probes._elf import ElfError, build_id_of, parse_notes
 from vllmdiag.probes.libs import is_nccl, mapped_files
-from vllmdiag.runner import collect_snapshot
+from vllmdiag.runtime.runner import collect_snapshot
 
 LIBC = Path("/usr/lib/x86_64-linux-gnu/libc.so.6")
 

@@ -1,7 +1,7 @@
 """Issue 35 item 7: the systemd recipe holds the watcher to what the README and the priority code need.
 
 The unit once set CPUQuota=50% and Nice=5 and left CAP_SYS_NICE out of its bounding set, so the SCHED_FIFO
-that each watch triage's collector takes (vllmdiag/priority.py, docs/priority.md) was refused and the triage
+that each watch triage's collector takes (vllmdiag/runtime/priority.py, docs/priority.md) was refused and the triage
 of a stall ran throttled; its Documentation= pointed at a placeholder URL. Read here as systemd reads it
 (systemd-analyze verify where installed, else parsed), and the capability set is tried for real: with the
 unit's bounding set the boost gets SCHED_FIFO, without CAP_SYS_NICE it does not (the negative control).
@@ -66,7 +66,7 @@ def test_systemd_reads_the_unit_without_a_complaint(tmp_path: Path) -> None:
 
 def _boost_under(caps: list[str]) -> str:
     bounding = "-all," + ",".join(f"+{c.removeprefix('CAP_').lower()}" for c in caps)
-    code = "from vllmdiag.priority import boost; print(boost().get('policy'))"
+    code = "from vllmdiag.runtime.priority import boost; print(boost().get('policy'))"
     out = subprocess.run(["setpriv", f"--bounding-set={bounding}", sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=60, cwd=UNIT.parents[2])
     assert out.returncode == 0, out.stderr

@@ -114,7 +114,7 @@ def test_metrics_steps_read_the_deployments_own_port(tmp_path: Path) -> None:
 
 
 def test_an_unknown_port_is_said_never_guessed() -> None:
-    from vllmdiag.playbook import aim_api, api_command
+    from vllmdiag.playbooks.playbook import aim_api, api_command
 
     assert api_command([{"host": "127.0.0.1", "port": 8001, "pids": [7], "same_netns": True}], {7}) \
         == "curl -s http://127.0.0.1:8001"

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from vllmdiag import outfile
-from vllmdiag.outfile import OutputError, write_output
+from vllmdiag.files import outfile
+from vllmdiag.files.outfile import OutputError, write_output
 
 SNAP = {"schema_version": 1, "node": "n1", "collected_at": "", "vllmdiag_version": "x", "duration_s": 0.1,
         "probes": {}}

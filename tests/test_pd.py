@@ -15,7 +15,7 @@ from vllmdiag.analysis.views import kv_transfer
 from vllmdiag.analysis.views.stack_match import classify_threads
 from vllmdiag.probes.http import parse_metrics
 from vllmdiag.redact import redact_argv
-from vllmdiag.stack_classes import ENGINE_BUSY, ENGINE_YIELD, EXECUTING, KV_TRANSFER
+from vllmdiag.vocab.stack_classes import ENGINE_BUSY, ENGINE_YIELD, EXECUTING, KV_TRANSFER
 
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_consumer",
         "kv_connector_extra_config": {"kv_lease_duration": 60, "api_key": "s3cr3t-value"}}
@@ -241,7 +241,7 @@ def test_a_decode_rank_polling_its_kv_connector_is_never_a_rank_stuck_alone(monk
     from vllmdiag.analysis.views.kv_wait import kv_wait
     from vllmdiag.analysis.views.stack_match import classify_snapshot
     from vllmdiag.api import triage
-    from vllmdiag.stack_classes import KV_TRANSFER
+    from vllmdiag.vocab.stack_classes import KV_TRANSFER
 
     sim = pytest.importorskip("vllmdiag_sim.deployment")
     with sim.Deployment.up(tp=2, fault="kv-wait", shape="pd") as dep:

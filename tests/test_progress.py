@@ -149,7 +149,7 @@ def test_stacks_probe_selects_whole_trees_and_orphans_by_process_group_without_a
 
 
 def test_confirm_window_stops_as_soon_as_something_moves_and_records_what_it_watched() -> None:
-    from vllmdiag import second_look as confirm
+    from vllmdiag.runtime import second_look as confirm
 
     first = later(_snap("g"), 0.0, tokens=10)
     seen_options: list[dict[str, Any]] = []

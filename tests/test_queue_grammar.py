@@ -24,7 +24,7 @@ from vllmdiag.analysis.views.grammar_looks import grammar_threads
 from vllmdiag.analysis.views.stack_match import classify_threads
 from vllmdiag.api import triage
 from vllmdiag.model import Snapshot
-from vllmdiag.stack_classes import ENGINE_YIELD, EXECUTING, GRAMMAR_BITMASK, GRAMMAR_COMPILE, IDLE
+from vllmdiag.vocab.stack_classes import ENGINE_YIELD, EXECUTING, GRAMMAR_BITMASK, GRAMMAR_COMPILE, IDLE
 
 SO = "vllm/v1/structured_output/"
 POOL_TAIL = [["_WorkItem.run", "concurrent/futures/thread.py", 58], ["_worker", "concurrent/futures/thread.py", 83],

@@ -17,7 +17,7 @@ from vllmdiag.analysis.bisect import analyze, decide
 from vllmdiag.analysis.layers.queue import ring_flow as queue
 from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.playbook import load_playbooks, next_steps_for
+from vllmdiag.playbooks.playbook import load_playbooks, next_steps_for
 
 MiB = 1 << 20
 

@@ -23,7 +23,7 @@ import pytest
 
 from vllmdiag.context import Context
 from vllmdiag.model import Snapshot
-from vllmdiag.runner import collect_snapshot
+from vllmdiag.runtime.runner import collect_snapshot
 
 RINGS = Path(__file__).parent / "data" / "rings"
 FAKE = RINGS / "fakevllm.py"

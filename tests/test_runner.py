@@ -10,7 +10,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
 from vllmdiag.registry import Probe
-from vllmdiag.runner import collect_snapshot
+from vllmdiag.runtime.runner import collect_snapshot
 
 
 def _probe(name: str, fn: Any, timeout_s: float = 1.0, requires: tuple[str, ...] = (), sampler: bool = False) -> Probe:
@@ -142,7 +142,7 @@ def test_deferred_probes_start_once_the_window_opened_and_never_wait_long_for_it
     """What is on no path to the window's first sample (the kernel log, every process's maps) starts
     after it, so that on 2 cores it does not delay it; it waits at most DEFER_MAX_S, and not at all
     when no probe opens a window. Order only, never a machine's speed."""
-    from vllmdiag.runner import DEFER_MAX_S
+    from vllmdiag.runtime.runner import DEFER_MAX_S
 
     def spec(name: str, fn: Any, **kw: Any) -> Probe:
         return Probe(ProbeSpec(name=name, layer="host", description=name, timeout_s=5.0, **kw), fn)

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from vllmdiag.context import Context
-from vllmdiag.hardstop import collect_bounded
 from vllmdiag.probe import ProbeSpec
 from vllmdiag.registry import Probe
-from vllmdiag.runner import collect_snapshot
+from vllmdiag.runtime.hardstop import collect_bounded
+from vllmdiag.runtime.runner import collect_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -33,7 +33,7 @@ def _py(code: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_process_start_counts_the_time_before_the_first_import() -> None:
-    age = float(_py("import time; time.sleep(0.6)\nfrom vllmdiag.deadline import process_start\n"
+    age = float(_py("import time; time.sleep(0.6)\nfrom vllmdiag.runtime.deadline import process_start\n"
                     "print(time.monotonic() - process_start())"))
     assert age >= 0.55
 
@@ -70,7 +70,8 @@ def test_no_boost_and_the_environment_variable_keep_normal_priority() -> None:
 
 
 # What may load before the tool raises its priority: the interpreter's own start-up modules, then these.
-BEFORE_BOOST = {"vllmdiag", "vllmdiag.priority", "vllmdiag.lastword", "vllmdiag.__main__", "resource", "__future__"}
+BEFORE_BOOST = {"vllmdiag", "vllmdiag.runtime", "vllmdiag.runtime.priority", "vllmdiag.runtime.lastword", "vllmdiag.__main__",
+                "resource", "__future__"}
 
 
 def test_the_command_raises_its_priority_before_it_loads_anything_else() -> None:
@@ -94,7 +95,7 @@ def test_the_command_raises_its_priority_before_it_loads_anything_else() -> None
 
 @needs_root
 def test_boost_first_boosts_the_commands_that_look_at_a_node_and_nothing_else() -> None:
-    code = ("import json, os, sys\nfrom vllmdiag.priority import boost_first\nboost_first(sys.argv[1:])\n"
+    code = ("import json, os, sys\nfrom vllmdiag.runtime.priority import boost_first\nboost_first(sys.argv[1:])\n"
             "print(json.dumps([os.sched_getscheduler(0), 'vllmdiag.cli.app' in sys.modules]))")
     def policy(*argv: str) -> list[Any]:
         out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
@@ -113,7 +114,7 @@ def test_boost_first_boosts_the_commands_that_look_at_a_node_and_nothing_else() 
 def test_without_rt_throttling_it_never_takes_sched_fifo(tmp_path: Path) -> None:
     runtime = tmp_path / "sched_rt_runtime_us"
     runtime.write_text("-1\n")
-    got = json.loads(_py(f"import json, os\nimport vllmdiag.priority as p\np.RT_RUNTIME = {str(runtime)!r}\n"
+    got = json.loads(_py(f"import json, os\nimport vllmdiag.runtime.priority as p\np.RT_RUNTIME = {str(runtime)!r}\n"
                          "s = p.boost()\ns['now'] = os.sched_getscheduler(0)\nprint(json.dumps(s))"))
     assert got["policy"] == "SCHED_OTHER" and got["now"] == os.SCHED_OTHER and "sched_rt_runtime_us=-1" in got["why"]
 
@@ -217,7 +218,7 @@ def test_a_budget_spent_in_start_up_gives_the_verdict_at_once_without_collecting
 def test_a_boosted_triage_still_collects_after_a_slow_start_up() -> None:
     """Boosted, the collection is fast however slow the start before it was: a true verdict a little
     late beats an inconclusive one (seen on the loaded real server: 10 s of start-up, then SCHED_FIFO)."""
-    code = ("import json, os, sys, time\nfrom vllmdiag import priority\nfrom vllmdiag.api import triage\n"
+    code = ("import json, os, sys, time\nfrom vllmdiag.runtime import priority\nfrom vllmdiag.api import triage\n"
             "priority.boost()\nr = triage(probes=['host', 'processes'], budget_s=1.0, confirm_s=0, "
             "origin=time.monotonic() - 2.0)\n"
             "print(json.dumps([priority.realtime(), r.report.verdict.status, r.report.verdict.summary, "

@@ -19,7 +19,7 @@ from vllmdiag.analysis.views.deployment_shapes import gpu_index_by_pid, parent_k
 from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probes._procfs import read_cmdline
-from vllmdiag.titles import parse_cmdline
+from vllmdiag.vocab.titles import parse_cmdline
 
 
 def proc(pid: int, ppid: int, role: str | None, title: str, ranks: dict[str, int] | None = None, **extra: Any

@@ -23,7 +23,7 @@ import pytest
 
 from vllmdiag.gate.checks import CHECKS
 from vllmdiag.gate.config import GateConfig
-from vllmdiag.shm_names import KINDS, classify_name, describe, is_leftover, leftovers
+from vllmdiag.vocab.shm_names import KINDS, classify_name, describe, is_leftover, leftovers
 
 MiB = 1 << 20
 UUID = "2369e0fa7d8342e89d2c398d64002fb7"

@@ -1,4 +1,4 @@
-"""Stack classes are named constants (issue 16): `vllmdiag/stack_classes.py` declares every class the
+"""Stack classes are named constants (issue 16): `vllmdiag/vocab/stack_classes.py` declares every class the
 rules may produce, and no module of the product compares a stack class against a bare string literal
 (a renamed class would otherwise be a rule that silently stops matching)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from vllmdiag import stack_classes
 from vllmdiag.analysis.views.stack_match import parse_rules
+from vllmdiag.vocab import stack_classes
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_PATH = ROOT / "vllmdiag" / "playbooks" / "stack_rules.yaml"  # the shipped rules, not $VLLMDIAG_STACK_RULES
@@ -60,7 +60,7 @@ def test_every_class_the_rules_produce_is_a_constant() -> None:
     raw = yaml.safe_load(RULES_PATH.read_text(encoding="utf-8"))
     rules = parse_rules(raw, str(RULES_PATH))
     produced = {r.cls for r in rules.rules} | set(rules.precedence)
-    assert produced - stack_classes.ALL == set(), "declare these in vllmdiag/stack_classes.py"
+    assert produced - stack_classes.ALL == set(), "declare these in vllmdiag/vocab/stack_classes.py"
     assert stack_classes.ALL - produced == {stack_classes.UNKNOWN}, "no rule produces these any more"
     declared = {v for k, v in vars(stack_classes).items() if k.isupper() and isinstance(v, str)}
     assert declared == stack_classes.ALL  # ALL lists every constant
@@ -71,7 +71,7 @@ def test_the_scan_sees_a_bare_class_and_nothing_else() -> None:
            '            p["class"] in ("executing", X), cls == "compiling", p.get("class") == "warmup")\n'
            'STEP = ("collective", "sync_point")\n')
     assert [s.split(":")[1] for s in bare_class_literals(bad, "x.py")] == ["2", "2", "3", "3", "3", "4"]
-    fine = ('from vllmdiag.stack_classes import IDLE\nLAYER = "handshake"\nSTATES = ("idle", "running")\n'
+    fine = ('from vllmdiag.vocab.stack_classes import IDLE\nLAYER = "handshake"\nSTATES = ("idle", "running")\n'
             'def f(c, t):\n    return c.name == IDLE, t.state == "idle", c.op != "send"\n')
     assert bare_class_literals(fine, "y.py") == []
 
@@ -82,4 +82,4 @@ def test_no_module_compares_a_stack_class_with_a_bare_string() -> None:
         if path.name == "stack_classes.py":
             continue
         found += bare_class_literals(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
-    assert found == [], "use the constants of vllmdiag/stack_classes.py:\n" + "\n".join(found)
+    assert found == [], "use the constants of vllmdiag/vocab/stack_classes.py:\n" + "\n".join(found)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests.fleet_fixtures import silent_listener
-from vllmdiag.deadline import CONFIRMING
+from vllmdiag.runtime.deadline import CONFIRMING
 from vllmdiag.sweep.fanout import SweepPlan
 from vllmdiag.sweep.transport import Transport
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllmdiag.titles import parse_cmdline
+from vllmdiag.vocab.titles import parse_cmdline
 
 
 @pytest.mark.parametrize("argv,role,ranks", [

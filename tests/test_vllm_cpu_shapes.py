@@ -300,7 +300,7 @@ def test_libs_probe_reads_the_version_a_live_api_server_runs(tmp_path: Path) -> 
     import subprocess
 
     from vllmdiag.context import Context
-    from vllmdiag.runner import collect_snapshot
+    from vllmdiag.runtime.runner import collect_snapshot
 
     venv = _venv(tmp_path)
     child = subprocess.Popen([str(venv / "bin" / "python"), str(venv / "bin" / "vllm"), "serve", "m"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from vllmdiag import runner
+from vllmdiag.runtime import runner
 from vllmdiag.watch.watcher import WatchConfig, Watcher
 
 RUNAWAY_BYTES = 1200 << 20  # over the pass child's address-space allowance (PASS_MEMORY)

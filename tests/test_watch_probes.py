@@ -208,7 +208,7 @@ def test_probes_answer_from_the_last_copy_while_the_watcher_holds_its_lock(tmp_p
 def test_the_exporter_thread_alone_answers_at_real_time_priority() -> None:
     """Only the thread that answers (microseconds per probe, blocked between them) jumps the queue; the
     watcher's passes and triages keep the priority they started with."""
-    from vllmdiag import priority
+    from vllmdiag.runtime import priority
 
     rt = priority._read_int(priority.RT_RUNTIME)
     if rt is None or rt < 0 or priority._one_core():

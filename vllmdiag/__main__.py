@@ -1,17 +1,17 @@
 """``python -m vllmdiag`` and the ``vllmdiag`` command (scripts/vllmdiag): the first code that runs.
 
 On a node whose every core is busy, what runs before the tool raises its own priority runs at the
-mercy of the spinning threads, so it is only this: the priority (vllmdiag/priority.py says why it
+mercy of the spinning threads, so it is only this: the priority (vllmdiag/runtime/priority.py says why it
 cannot hurt the target), a triage's last word where it could not take that priority
-(vllmdiag/lastword.py), then the CLI. And once a command that looks at a node has said its
+(vllmdiag/runtime/lastword.py), then the CLI. And once a command that looks at a node has said its
 verdict, the process ends at once: the interpreter's teardown (freeing every module and object,
 ~35 ms) is time the on-call engineer would wait for nothing."""
 
 import os
 import sys
 
-from vllmdiag import lastword
-from vllmdiag.priority import LOOKING, boost_first, realtime
+from vllmdiag.runtime import lastword
+from vllmdiag.runtime.priority import LOOKING, boost_first, realtime
 
 
 def main() -> None:

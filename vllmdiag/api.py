@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from vllmdiag.context import Context
 from vllmdiag.errors import EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_NO_DEPLOYMENT, EXIT_PROBLEM
 from vllmdiag.model import Snapshot, SnapshotError, strict_json
-from vllmdiag.runner import DEFAULT_BUDGET_S, collect_snapshot
+from vllmdiag.runtime.runner import DEFAULT_BUDGET_S, collect_snapshot
 
 if TYPE_CHECKING:  # the report classes load when a verdict is made, not for a collect
     from vllmdiag.model import NodeOutcome, Report
@@ -43,7 +43,7 @@ def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None =
             on_result: Callable[[str, dict[str, Any]], None] | None = None) -> Snapshot:
     """One snapshot of this node within ``budget_s`` (which includes any --watch window).
 
-    ``hard``: collect in a child process killed at the budget (vllmdiag/hardstop.py), so no probe
+    ``hard``: collect in a child process killed at the budget (vllmdiag/runtime/hardstop.py), so no probe
     can hold the caller past it; False runs in this process (the runner's watchdog only).
     ``meanwhile``: what this process does while the child collects (hard only; see hardstop).
     ``limits``: RLIMIT_* -> value for that child (hard only; see hardstop).
@@ -53,7 +53,7 @@ def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None =
     # An option named like an opt-in probe (nccl_ras, preflight, ...) turns that probe on.
     enable = {name for name, on in (options or {}).items() if on}
     if hard:
-        from vllmdiag.hardstop import collect_bounded
+        from vllmdiag.runtime.hardstop import collect_bounded
 
         return collect_bounded(ctx, probes=probes, enable=enable, budget_s=budget_s, meanwhile=meanwhile,
                                limits=limits, on_result=on_result)
@@ -72,9 +72,9 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
 
     ``budget_s`` counts from ``origin`` (the CLI passes its process's start: interpreter start and
     imports are part of the promise; default now). The collector gets what is left less what
-    analysis keeps (vllmdiag/deadline.py); with ``origin`` given, analysis that would run past the
+    analysis keeps (vllmdiag/runtime/deadline.py); with ``origin`` given, analysis that would run past the
     budget + 1 s is cut and the verdict is inconclusive from what was collected, saying so."""
-    from vllmdiag import deadline, priority, second_look
+    from vllmdiag.runtime import deadline, priority, second_look
 
     guarded = origin is not None
     started = time.monotonic() if origin is None else origin  # the confirm window counts from here too
@@ -104,7 +104,7 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
             report = analyze([snap], wanted)
     except deadline.BudgetSpent:
         return TriageResult(out_of_time(snap, budget_s, "analysis"))
-    from vllmdiag import lastword
+    from vllmdiag.runtime import lastword
 
     if watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=opts,
                         ctx=quick_ctx, on_confirm=on_confirm,
@@ -149,8 +149,9 @@ def spent_in_startup(options: dict[str, Any], budget_s: float, startup: float) -
     import datetime as _dt
     import socket
 
-    from vllmdiag import __version__, priority
+    from vllmdiag import __version__
     from vllmdiag.model import ProbeResult
+    from vllmdiag.runtime import priority
 
     # The processes probe stands for all: blind, never "no deployment" (vllmdiag analyze of the saved file).
     blind = ProbeResult("timeout", 0.0, f"not run: the {budget_s:g} s budget was spent in start-up ({startup:.1f} s "
@@ -167,7 +168,7 @@ def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, starte
                      opening: Callable[[], None] | None = None) -> bool:
     """The confirm window (triage's, and ``collect --confirm`` on a swept node): only when ``report``
     says work is in flight and nothing moved; follow-up passes go into ``snap.passes``. True if it opened."""
-    from vllmdiag import second_look
+    from vllmdiag.runtime import second_look
 
     roots = suspected_roots(report)
     if not (confirm_s > 0 and roots and (probes is None or "stacks" in probes or "rings" in probes or "http" in probes)):
@@ -193,7 +194,7 @@ def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any
     quick pass sees work in flight and nothing moving (a sweep's nodes watch in parallel, each on its
     own). A healthy node pays one analysis of its own snapshot; a node without the rules (a --ship
     bundle lacking PyYAML) keeps the quick pass and says why."""
-    from vllmdiag import deadline
+    from vllmdiag.runtime import deadline
 
     # As in triage: the budget and the window count from ``origin`` (the CLI: its process's start).
     started = time.monotonic() if origin is None else origin
@@ -223,7 +224,7 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
     nothing looks odd). The choice of those pids is analysis; a node without it (a --ship bundle
     lacking the rules) keeps the quick pass alone. ``until``: the resample must end by then (the
     command's budget), else it is skipped and the snapshot says so."""
-    from vllmdiag import second_look
+    from vllmdiag.runtime import second_look
 
     quick_ctx = second_look.fresh_context(ctx)
     snap = collect(probes=probes, options=options, budget_s=budget_s, ctx=ctx, meanwhile=warm_analysis,
@@ -231,7 +232,7 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
     done_at = time.monotonic()
     if probes is not None and "stacks" not in probes:
         return snap
-    from vllmdiag.hardstop import GRACE_S
+    from vllmdiag.runtime.hardstop import GRACE_S
 
     def left() -> float:
         return second_look.PASS_BUDGET_S if until is None else \
@@ -340,7 +341,7 @@ def analyze_saved(paths: list[Path], snaps: list[Snapshot], pids: list[int] | No
 
 
 def _read_nodes(path: Path) -> list[NodeOutcome]:
-    from vllmdiag.infile import InputError, read_input
+    from vllmdiag.files.infile import InputError, read_input
     from vllmdiag.model import NodeOutcome
 
     try:
@@ -363,7 +364,7 @@ def load_snapshots(path: Path) -> list[Snapshot]:
 
 
 def read_json(path: Path) -> Any:
-    from vllmdiag.infile import InputError, read_input
+    from vllmdiag.files.infile import InputError, read_input
 
     try:
         # Regular files only, never blocking (a FIFO), size capped (/dev/zero): issue 15, item 10.

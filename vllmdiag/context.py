@@ -140,7 +140,7 @@ class Context:
 
 
 # A group of its own (killed as one at its deadline) but in our session, so that the hard budget
-# (vllmdiag/hardstop.py) finds and kills it with the collector. Python 3.10 lacks process_group:
+# (vllmdiag/runtime/hardstop.py) finds and kills it with the collector. Python 3.10 lacks process_group:
 # there the child stays in our group (killed by pid, and with the collector's group).
 _GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {}
 

@@ -7,7 +7,7 @@ by name). It has:
   playbook); ``analyze(snapshot, deployments) -> list[Finding]``;
 - optionally ``ORDER`` (default 100): where it runs among its layer's analyzers (first findings
   lead a verdict);
-- optionally the hooks the orchestrator (``vllmdiag/api.py``, ``vllmdiag/second_look.py``) walks:
+- optionally the hooks the orchestrator (``vllmdiag/api.py``, ``vllmdiag/runtime/second_look.py``) walks:
   ``second_look_pids(snapshot, deployments, classes)``: the processes whose first stack picture
   would be a hang if it held, so they are dumped again a moment later; and
   ``keeps_window_open(snapshot, deployment_ids)``: its suspicion holds in this snapshot and its
@@ -94,7 +94,7 @@ def layer_analyzers() -> list[tuple[str, Analyzer]]:
 
 
 def second_look_pids(snapshot: Snapshot) -> list[int]:
-    """For the orchestrator's second stack look (vllmdiag/second_look.py): what every analyzer's
+    """For the orchestrator's second stack look (vllmdiag/runtime/second_look.py): what every analyzer's
     ``second_look_pids`` hook asks for, within the deployments asked about (``--pid``)."""
     classes = classify_snapshot(snapshot)
     wanted = set(snapshot.options.get("pids") or [])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vllmdiag.model import Culprit, Finding, Verdict
-from vllmdiag.playbook import next_steps_for
+from vllmdiag.playbooks.playbook import next_steps_for
 
 COMPUTE_ROLES = ("engine_core", "worker")
 SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}

@@ -28,8 +28,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     # First, before any thread: the commands that look at a node take CPU on a saturated one (a no-op when
-    # vllmdiag/__main__.py did it already; vllmdiag/priority.py says why this cannot hurt the target).
-    from vllmdiag.priority import boost_first
+    # vllmdiag/__main__.py did it already; vllmdiag/runtime/priority.py says why this cannot hurt the target).
+    from vllmdiag.runtime.priority import boost_first
 
     boost_first(argv)
     if argv[:1] == ["collect"] and not {"-h", "--help"} & set(argv[1:]):
@@ -165,8 +165,8 @@ def _collect_passthrough(**given: Any) -> int:
 
 def triage_command(**given: Any) -> int:
     """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
-    from vllmdiag import deadline
     from vllmdiag.api import RENDER_S, triage
+    from vllmdiag.runtime import deadline
 
     o = with_defaults(TRIAGE, given)  # the options as declared in cli/options.py (typer passes them all)
     budget, confirm, native, nonblocking = o["budget"], o["confirm"], o["native"], o["nonblocking"]
@@ -308,7 +308,7 @@ def playbook_command(
     code: Annotated[str | None, _arg(help="a finding code, e.g. queue.ring_full")] = None,
 ) -> int:
     """List the playbooks, or show one: what it means, read-only commands to confirm, remediation."""
-    from vllmdiag.playbook import load_playbooks
+    from vllmdiag.playbooks.playbook import load_playbooks
     from vllmdiag.render.playbook_view import show_playbook, show_playbook_list
 
     books = load_playbooks()

@@ -30,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _say_confirming(until: float) -> None:
-    from vllmdiag import lastword
-    from vllmdiag.deadline import CONFIRMING
+    from vllmdiag.runtime import lastword
+    from vllmdiag.runtime.deadline import CONFIRMING
 
     lastword.postpone(until)  # the window is part of the promise: a starved collect's timer moves with it
     sys.stderr.write(CONFIRMING + "\n")
@@ -39,11 +39,11 @@ def _say_confirming(until: float) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from vllmdiag.deadline import process_start
-    from vllmdiag.priority import boost
+    from vllmdiag.runtime.deadline import process_start
+    from vllmdiag.runtime.priority import boost
 
     origin = process_start()  # the budget is the whole command's: interpreter start included
-    boost("--no-boost" not in argv)  # before any thread (vllmdiag/priority.py: why it cannot hurt the target)
+    boost("--no-boost" not in argv)  # before any thread (vllmdiag/runtime/priority.py: why it cannot hurt the target)
     args = build_parser().parse_args(argv)
     if not 0.2 <= args.budget <= 600:
         sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
@@ -74,13 +74,13 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"vllmdiag collect: {one_line(exc)}\n")
         return exc.exit_code
     text = strict_json.dumps(snap.to_dict(), default=str)
-    from vllmdiag import lastword
+    from vllmdiag.runtime import lastword
 
     lastword.spoken()  # the snapshot is made: from here on a starved collect's timer stands down
     if args.json_out or not args.out:
         sys.stdout.write(text + "\n")
     if args.out:
-        from vllmdiag.outfile import OutputError, write_output
+        from vllmdiag.files.outfile import OutputError, write_output
 
         try:
             write_output(args.out, text + "\n", "--out")

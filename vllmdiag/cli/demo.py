@@ -127,7 +127,7 @@ def start_faults() -> set[str]:
 
 
 def write_report_file(report: Any, path: Path) -> None:
-    from vllmdiag.outfile import write_output
+    from vllmdiag.files.outfile import write_output
     from vllmdiag.render.files import report_text
 
     write_output(path, report_text(report, path), "--report")

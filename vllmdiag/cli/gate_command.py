@@ -60,16 +60,16 @@ def _gate(config: Path | None, tp: int | None, url: str | None, junit: Path | No
 
         check_name(prom, "--prom")
     if show_config:
-        from vllmdiag import lastword
+        from vllmdiag.runtime import lastword
 
         lastword.spoken()
         sys.stdout.write(DEFAULT_YAML)
         return 0
     cfg = load_config(config).with_tp(tp)
-    from vllmdiag import lastword
-    from vllmdiag.deadline import process_start
     from vllmdiag.gate.run import gate_budget, run_gate, validate_url
-    from vllmdiag.priority import realtime
+    from vllmdiag.runtime import lastword
+    from vllmdiag.runtime.deadline import process_start
+    from vllmdiag.runtime.priority import realtime
 
     url = validate_url(url)
     if not realtime():  # starved at normal priority: the timer that says "fail" by budget + 1 s (lastword.py)
@@ -94,7 +94,7 @@ def _gate(config: Path | None, tp: int | None, url: str | None, junit: Path | No
 
 def _write_files(node: Any, junit: Path | None, prom: Path | None) -> None:
     """After the results are printed: a file that cannot be written is exit 2 without losing them."""
-    from vllmdiag.outfile import OutputError
+    from vllmdiag.files.outfile import OutputError
 
     errors: list[OutputError] = []
     for path, option in ((junit, "--junit"), (prom, "--prom")):
@@ -118,6 +118,6 @@ def _write_files(node: Any, junit: Path | None, prom: Path | None) -> None:
 
 
 def _write(path: Path, text: str, option: str) -> None:
-    from vllmdiag.outfile import write_output
+    from vllmdiag.files.outfile import write_output
 
     write_output(path, text, option)

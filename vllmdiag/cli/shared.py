@@ -28,11 +28,11 @@ def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None
     The verdict is printed first: a file that cannot be written (a directory, a full disk, a
     symlink we refuse to follow) is one line and exit 2 after it, never a lost verdict. ``by``
     (monotonic): a view not drawn by then gives way to the verdict's one plain line (a starved node)."""
-    from vllmdiag import lastword
-    from vllmdiag.deadline import BudgetSpent, guard
+    from vllmdiag.runtime import lastword
+    from vllmdiag.runtime.deadline import BudgetSpent, guard
 
     lastword.spoken()  # what is written from here on is the verdict: the starved command's timer stands down
-    from vllmdiag.playbook import aim_report
+    from vllmdiag.playbooks.playbook import aim_report
 
     aim_report(result.report)  # next steps that read /metrics aim at this deployment's API server (issue 35 item 3)
     if as_json:
@@ -57,7 +57,7 @@ def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None
             v = result.report.verdict
             sys.stdout.write(f"\nvllmdiag: {clean(v.status)}: {clean(v.summary)} (the full view was cut: the budget "
                              "ran out while drawing it; --json or a larger --budget shows all)\n")
-    from vllmdiag.outfile import OutputError, write_output
+    from vllmdiag.files.outfile import OutputError, write_output
 
     errors: list[OutputError] = []
     if save is not None:

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from vllmdiag import lastword
 from vllmdiag.cli.shared import arg as _arg
 from vllmdiag.cli.shared import opt as _opt
 from vllmdiag.errors import BadInput
+from vllmdiag.runtime import lastword
 
 DEFAULT_CONFIRM_S = 10.0  # triage's (vllmdiag.api.DEFAULT_CONFIRM_S; not imported: this module loads for --help)
 
@@ -197,14 +197,14 @@ def _gate(plan: Any, config: Path | None, tp: int | None, junit: Path | None, js
     else:
         render_gate(result)
     if junit is not None:  # after the results: a file error (exit 2) never loses them (issue 15, item 3)
+        from vllmdiag.files.outfile import write_output
         from vllmdiag.gate.junit import fleet_junit
-        from vllmdiag.outfile import write_output
 
         sys.stdout.flush()
         write_output(junit, fleet_junit(result), "--junit")
     if prom is not None:  # likewise after the results; atomic (renamed into place), as node_exporter wants
+        from vllmdiag.files.outfile import write_output
         from vllmdiag.gate.prom import fleet_prom
-        from vllmdiag.outfile import write_output
 
         sys.stdout.flush()
         write_output(prom, fleet_prom(result), "--prom", mode=0o644)

@@ -19,7 +19,7 @@ from vllmdiag.gate.config import GateConfig
 from vllmdiag.gate.result import CheckResult, result
 from vllmdiag.gate.shm_sizing import human_bytes, ring_bytes
 from vllmdiag.model import Snapshot
-from vllmdiag.shm_names import by_kind, leftovers, unseen_maps
+from vllmdiag.vocab.shm_names import by_kind, leftovers, unseen_maps
 
 Check = Callable[[Snapshot, GateConfig], CheckResult]
 
@@ -59,7 +59,7 @@ def check_shm_leaks(snap: Snapshot, cfg: GateConfig) -> CheckResult:
     problem = probe_problem(snap, "shm")
     if problem:
         return result(name, "skip", problem)
-    # The same list as triage's queue.shm_leaked (vllmdiag/shm_names.py): one node, one answer (issue 33).
+    # The same list as triage's queue.shm_leaked (vllmdiag/vocab/shm_names.py): one node, one answer (issue 33).
     leaked = leftovers(snap.data("shm").get("segments", []), cfg.shm_leak_min_age_s)
     total = sum(int(s.get("size_bytes") or 0) for s in leaked)
     allocated = sum(int(s.get("allocated_bytes") or 0) for s in leaked)

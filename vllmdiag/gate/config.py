@@ -104,7 +104,7 @@ def _schema() -> dict[str, tuple[str, Any]]:
 def load_config(path: Path | None) -> GateConfig:
     if path is None:
         return GateConfig()
-    from vllmdiag.infile import InputError, read_yaml
+    from vllmdiag.files.infile import InputError, read_yaml
 
     try:
         raw = read_yaml(path, "gate config", MAX_CONFIG_BYTES)  # regular file, size cap, no YAML aliases

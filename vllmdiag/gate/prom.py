@@ -1,8 +1,8 @@
-"""Prometheus textfile (node_exporter textfile collector) of gate results (written by vllmdiag.outfile).
+"""Prometheus textfile (node_exporter textfile collector) of gate results (written by vllmdiag.files.outfile).
 
 node_exporter reads only ``*.prom`` files of its textfile directory: any other name would be written
 and silently never read, so it is refused as a usage error (``check_name``). The file is written
-whole beside its place and renamed into it (vllmdiag.outfile), so a scrape never sees half of it.
+whole beside its place and renamed into it (vllmdiag.files.outfile), so a scrape never sees half of it.
 """
 
 from __future__ import annotations

@@ -60,10 +60,10 @@ def collect_for_gate(cfg: GateConfig, url: str | None = None, ctx: Context | Non
     if url:
         registry["gate_url"] = Probe(urlprobe.spec(cfg.health_timeout_s, cfg.completion_deadline_s), urlprobe.collect)
         names.append("gate_url")
-    from vllmdiag.hardstop import collect_bounded  # the budget is a hard promise here too (issue 15 item 2)
+    from vllmdiag.runtime.hardstop import collect_bounded  # the budget is a hard promise here too (issue 15 item 2)
 
     if origin is not None:  # the CLI: the budget counts from the process's start (issue 24)
-        from vllmdiag.deadline import collector_budget
+        from vllmdiag.runtime.deadline import collector_budget
 
         budget = collector_budget(budget, origin)
     return collect_bounded(ctx, probes=names, registry=registry, budget_s=budget)

@@ -30,7 +30,7 @@ from vllmdiag.probes._procfs import (
     redact_argv,
 )
 from vllmdiag.probes._procfs import readlink as _readlink
-from vllmdiag.titles import parse_cmdline
+from vllmdiag.vocab.titles import parse_cmdline
 
 SPEC = ProbeSpec(
     name="processes",

@@ -19,7 +19,7 @@ from vllmdiag.probes._access import DENIED, _Denied, blind_reason, read_proc
 from vllmdiag.probes._procfs import list_pids, split_deleted
 from vllmdiag.probes._procfs import readlink as _readlink
 from vllmdiag.probes.host import shm_usage
-from vllmdiag.shm_names import classify_name
+from vllmdiag.vocab.shm_names import classify_name
 
 SPEC = ProbeSpec(name="shm", layer="queue", description="/dev/shm segments, sizes, ages and mappers",
                  requires=("processes",), timeout_s=3.0)

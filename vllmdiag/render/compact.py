@@ -10,7 +10,7 @@ from typing import Any
 
 from vllmdiag.render import report_data as rd
 from vllmdiag.render.text import escape
-from vllmdiag.stack_classes import COLLECTIVE, ENGINE_BUSY, ENGINE_IDLE, EXECUTING, IDLE, SYNC_POINT, UNKNOWN
+from vllmdiag.vocab.stack_classes import COLLECTIVE, ENGINE_BUSY, ENGINE_IDLE, EXECUTING, IDLE, SYNC_POINT, UNKNOWN
 
 CLASS_STYLE = {COLLECTIVE: "yellow", SYNC_POINT: "yellow", EXECUTING: "", IDLE: "dim", ENGINE_IDLE: "dim",
                ENGINE_BUSY: "bold red", UNKNOWN: "magenta"}

@@ -3,7 +3,7 @@
 Both are built from the JSON contract (`report.to_dict()`), sanitized once at this boundary
 (`render/safe.py`: control characters made visible), then escaped by their own renderer:
 `render/html_report.py` (html.escape) and `render/md_report.py` (md_escape). Writing the file is
-the caller's job, through `vllmdiag.outfile`.
+the caller's job, through `vllmdiag.files.outfile`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from vllmdiag.render.safe import md_escape, sanitize_report
 
 
 def report_text(report: Any, path: Path) -> str:
-    """The report for a .md or .html file name (the caller writes it through vllmdiag.outfile)."""
-    from vllmdiag.playbook import aim_report
+    """The report for a .md or .html file name (the caller writes it through vllmdiag.files.outfile)."""
+    from vllmdiag.playbooks.playbook import aim_report
 
     aim_report(report)  # {curl_api} in the next steps: this deployment's API server (issue 35 item 3)
     suffix = path.suffix.lower()

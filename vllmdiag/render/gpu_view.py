@@ -10,7 +10,7 @@ from typing import Any
 
 from vllmdiag.model import Report
 from vllmdiag.render.text import escape
-from vllmdiag.stack_classes import COLLECTIVE, ENGINE_BUSY, ENGINE_IDLE, EXECUTING, IDLE, SYNC_POINT, UNKNOWN
+from vllmdiag.vocab.stack_classes import COLLECTIVE, ENGINE_BUSY, ENGINE_IDLE, EXECUTING, IDLE, SYNC_POINT, UNKNOWN
 
 # "executing" is not green: the rank that never reached its peers' collective is usually executing.
 CLASS_STYLE = {COLLECTIVE: "yellow", SYNC_POINT: "yellow", EXECUTING: "", IDLE: "dim",

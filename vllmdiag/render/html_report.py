@@ -106,7 +106,7 @@ def meta_rows(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | Non
 
 
 def findings_section(d: dict[str, Any]) -> str:
-    from vllmdiag.playbook import load_playbooks
+    from vllmdiag.playbooks.playbook import load_playbooks
 
     books = load_playbooks()
     items: list[str] = []

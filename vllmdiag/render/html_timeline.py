@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag import stack_classes as sc
 from vllmdiag.render import report_data as rd
 from vllmdiag.render.html_layers import h
+from vllmdiag.vocab import stack_classes as sc
 
 TRACK_W, TRACK_H, PAD = 360, 16, 6
 KIND = {sc.COLLECTIVE: "wait", sc.SYNC_POINT: "wait", sc.EXECUTING: "run", sc.ENGINE_BUSY: "run", sc.IDLE: "idle",

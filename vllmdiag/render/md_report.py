@@ -92,7 +92,7 @@ def _meta(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -
 
 
 def _findings(d: dict[str, Any]) -> list[str]:
-    from vllmdiag.playbook import load_playbooks
+    from vllmdiag.playbooks.playbook import load_playbooks
 
     books = load_playbooks()
     out = ["## Findings", ""]

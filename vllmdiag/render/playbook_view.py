@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.playbook import API, UNKNOWN_API
+from vllmdiag.playbooks.playbook import API, UNKNOWN_API
 from vllmdiag.render.text import escape, make_console
 
 

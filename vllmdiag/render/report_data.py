@@ -182,7 +182,7 @@ def confirm_commands(d: dict[str, Any], f: dict[str, Any]) -> list[str]:
     """A finding's playbook confirm commands, filled in; on a fleet, aimed at the finding's node the way
     the sweep reached it (`--exec` template, else `on NODE:`), never a bare command for the wrong host."""
     from vllmdiag.model import Finding
-    from vllmdiag.playbook import aim_api, next_steps_for
+    from vllmdiag.playbooks.playbook import aim_api, next_steps_for
 
     try:
         finding = Finding.from_dict(f)
@@ -197,14 +197,14 @@ def confirm_commands(d: dict[str, Any], f: dict[str, Any]) -> list[str]:
     template = d.get("exec_template")
     if not isinstance(template, str) or not template:
         return aimed
-    from vllmdiag.steps import via_exec
+    from vllmdiag.playbooks.steps import via_exec
 
     return via_exec(aimed, template)  # a saved report is untrusted: an odd template leaves the commands as they are
 
 
 def _api_command(d: dict[str, Any], deployment: str | None, node: str) -> str | None:
     """How to reach the finding's deployment's API server (playbook.api_command), None when not seen."""
-    from vllmdiag.playbook import api_command
+    from vllmdiag.playbooks.playbook import api_command
 
     deps = [x for x in d.get("deployments") or [] if isinstance(x, dict) and x.get("id") == deployment]
     pids = {p.get("pid") for x in deps for p in x.get("processes") or [] if isinstance(p, dict)}

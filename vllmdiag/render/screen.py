@@ -31,7 +31,7 @@ from vllmdiag.render.text import (
 
 def draw(report: Report, console: Any = None) -> None:
     """The whole screen for a report: the fleet picture for a sweep, the node picture otherwise."""
-    from vllmdiag.playbook import aim_report
+    from vllmdiag.playbooks.playbook import aim_report
 
     aim_report(report)  # {curl_api} in the next steps: this deployment's API server (issue 35 item 3)
     if report.is_fleet:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ClusterShell.Event import EventHandler
 
-from vllmdiag.deadline import CONFIRMING as _CONFIRMING
+from vllmdiag.runtime.deadline import CONFIRMING as _CONFIRMING
 from vllmdiag.sweep.cluster_workers import Deadline, argv_worker
 from vllmdiag.sweep.inventory import Inventory
 from vllmdiag.sweep.outcome import NodeOutcome, classify

@@ -60,7 +60,7 @@ class Inventory:
 
 
 def load_inventory(path: Path) -> Inventory:
-    from vllmdiag.infile import InputError, read_yaml
+    from vllmdiag.files.infile import InputError, read_yaml
 
     try:
         raw = read_yaml(path, "inventory") or {}  # regular file, size cap, no YAML aliases (issue 15)
@@ -137,7 +137,7 @@ def _check_ssh_config(path: str, where: str) -> None:
     """An ssh config file (-F) holds the same keywords as ssh_options, so the same allow-list applies to
     it (ProxyCommand, LocalCommand, Match exec, Include would run or pull in anything). A file that is
     not on this machine lives on the gateways (vllmdiag/sweep/tree.py) and cannot be checked here."""
-    from vllmdiag.infile import InputError, read_input
+    from vllmdiag.files.infile import InputError, read_input
 
     if not Path(path).exists():
         return

@@ -1,8 +1,8 @@
-"""The verdict's next steps aimed the way this sweep reaches its nodes (``vllmdiag/steps.py`` does the work)."""
+"""The verdict's next steps aimed the way this sweep reaches its nodes (``vllmdiag/playbooks/steps.py`` does the work)."""
 
 from __future__ import annotations
 
-from vllmdiag.steps import exec_prefix, via_exec
+from vllmdiag.playbooks.steps import exec_prefix, via_exec
 from vllmdiag.sweep.transport import Transport
 
 __all__ = ["exec_prefix", "via_transport"]

@@ -160,7 +160,7 @@ def estimate_size(text: str) -> int:
 
 
 def _read_hostfile(path: Path) -> list[str]:
-    from vllmdiag.infile import InputError, read_input
+    from vllmdiag.files.infile import InputError, read_input
 
     try:
         lines = read_input(path, "hostfile", 64 << 20).splitlines()  # regular file, never blocks, capped

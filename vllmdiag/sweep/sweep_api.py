@@ -53,9 +53,9 @@ def save(result: TriageResult, directory: Path) -> list[Path]:
     """One snapshot JSON per node (safe file names) plus the node statuses, for `vllmdiag analyze DIR`."""
     import os
 
-    from vllmdiag.outfile import OutputError, open_dir, write_output
+    from vllmdiag.files.outfile import OutputError, open_dir, write_output
 
-    try:  # made as it is walked, never through another user's symlink (vllmdiag.outfile)
+    try:  # made as it is walked, never through another user's symlink (vllmdiag.files.outfile)
         os.close(open_dir(str(directory), create=0o750))
     except OutputError as exc:
         raise OutputError(f"--save {directory}: {exc}") from None
@@ -69,7 +69,7 @@ def save(result: TriageResult, directory: Path) -> list[Path]:
             stem += "_"
         used.add(stem)
         path = directory / f"{stem}.json"
-        # Through vllmdiag.outfile: a planted symlink at <dir>/<node>.json is refused, never written through.
+        # Through vllmdiag.files.outfile: a planted symlink at <dir>/<node>.json is refused, never written through.
         write_output(path, strict_json.dumps(snap.to_dict(), default=str) + "\n", "--save")
         written.append(path)
     nodes = result.report.nodes or []

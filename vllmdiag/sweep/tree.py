@@ -69,7 +69,7 @@ def topology(spec: TreeSpec, nodes: list[str]) -> tuple[Any, str]:
     root = local_name()
     try:
         if spec.topology_file:
-            from vllmdiag.infile import InputError, read_input
+            from vllmdiag.files.infile import InputError, read_input
 
             try:
                 text = read_input(Path(spec.topology_file), "topology", 1 << 20)  # regular file, size cap (issue 15)

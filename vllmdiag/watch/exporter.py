@@ -125,7 +125,7 @@ class Exporter:
 
     # ---- the loop (exporter thread) ------------------------------------------------------------
     def _serve(self) -> None:
-        from vllmdiag.priority import thread_realtime
+        from vllmdiag.runtime.priority import thread_realtime
 
         self.priority = thread_realtime()  # the answers jump a saturated node's queue (see there)
         if self.priority.get("policy") != "SCHED_FIFO":

@@ -101,7 +101,7 @@ def remembered(directory: Path | None = None, wall: float | None = None) -> list
 
 
 def read_state(directory: Path) -> dict[str, Any]:
-    from vllmdiag.outfile import OutputError, open_dir
+    from vllmdiag.files.outfile import OutputError, open_dir
 
     try:
         pfd = open_dir(str(directory))

@@ -5,7 +5,7 @@ Only files whose names match the watcher's own pattern are ever counted or remov
 
 The directory is evidence (stacks, command lines, the kept environment) and the watcher runs as root
 (issue 25 item 6): it is reached without following another user's symlink at any level
-(vllmdiag.outfile.open_dir), must be ours, is made 0750 when it holds nothing but our files (a
+(vllmdiag.files.outfile.open_dir), must be ours, is made 0750 when it holds nothing but our files (a
 hostPath DirectoryOrCreate is 0755) and refused while others may write it; files are 0640, written,
 listed and removed through the one descriptor opened then, so a link swapped in later is never
 followed, by rotation either.
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllmdiag.files.outfile import OutputError, open_dir, write_at
 from vllmdiag.model import strict_json
-from vllmdiag.outfile import OutputError, open_dir, write_at
 from vllmdiag.watch.history import STATE_NAME  # the watcher's memory for `triage`
 
 PREFIX = "vllmdiag-watch-"

@@ -1,7 +1,7 @@
 """node_exporter textfiles (``--collector.textfile.directory``): `watch --textfile` and `sweep --gate --prom`.
 
 node_exporter reads every ``*.prom`` file of its directory at each scrape, so a file must appear
-whole (written beside it under a name it skips, then renamed into place: vllmdiag.outfile) and must
+whole (written beside it under a name it skips, then renamed into place: vllmdiag.files.outfile) and must
 end in ``.prom`` or it is silently never read; a name that does not is a usage error (exit 2).
 """
 
@@ -24,8 +24,8 @@ def textfile_path(given: Path, option: str) -> Path:
 
 
 def write_textfile(path: Path, text: str) -> None:
-    """Atomic (temp file, then rename), never through another user's link (vllmdiag.outfile)."""
-    from vllmdiag.outfile import write_output
+    """Atomic (temp file, then rename), never through another user's link (vllmdiag.files.outfile)."""
+    from vllmdiag.files.outfile import write_output
 
     write_output(path, text, "--textfile", mode=MODE)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from vllmdiag.analysis.views.progress import deployment_progress
+from vllmdiag.files.outfile import OutputError
 from vllmdiag.model import Snapshot
-from vllmdiag.outfile import OutputError
 from vllmdiag.watch import hooks
 from vllmdiag.watch.exporter import Sample, render
 from vllmdiag.watch.health import GONE_GRACE_S, SAVE_GRACE_S, Answer, View, livez, readyz
@@ -27,7 +27,7 @@ from vllmdiag.watch.store import Saved, Store
 # No py-spy, no NVML, no ZMTP: those are for the triage a stall opens.
 CHEAP_PROBES = ["processes", "shm", "rings", "sockets", "http"]
 PASS_BUDGET_S = 4.0
-# Each pass runs in a forked child killed at its budget (vllmdiag/hardstop.py, as triage's collection):
+# Each pass runs in a forked child killed at its budget (vllmdiag/runtime/hardstop.py, as triage's collection):
 # a hostile /metrics or a /proc read stuck in the kernel ends that pass, never the watcher. Its
 # memory, CPU seconds and fds are bounded too (the watcher itself stays ~40 MB, 1-2 threads).
 PASS_MEMORY = 768 << 20  # address space over the watcher's own (a pass needs a few MB)

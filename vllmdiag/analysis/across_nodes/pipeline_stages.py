@@ -20,7 +20,7 @@ from vllmdiag.analysis.views.progress import HELD_S
 from vllmdiag.analysis.views.rank_compare import rank_name
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.stack_classes import ENGINE_WAITING_WORKERS, IDLE
+from vllmdiag.vocab.stack_classes import ENGINE_WAITING_WORKERS, IDLE
 
 CODE = "fleet.stage_held"
 CODES = (CODE,)

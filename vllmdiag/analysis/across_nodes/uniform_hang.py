@@ -14,7 +14,7 @@ from vllmdiag.analysis.across_nodes.rank_groups import RankGroup
 from vllmdiag.analysis.views.rank_compare import fold, tp_groups
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
-from vllmdiag.stack_classes import COLLECTIVE, SYNC_POINT
+from vllmdiag.vocab.stack_classes import COLLECTIVE, SYNC_POINT
 
 CODE = "fleet.uniform_hang"
 CODES = (CODE,)

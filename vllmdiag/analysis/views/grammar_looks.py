@@ -9,7 +9,7 @@ from typing import Any
 from vllmdiag.analysis.views.deployments import role_of
 from vllmdiag.analysis.views.stack_match import StackClass, classify_frames, stop_signature, thread_frames
 from vllmdiag.model import Snapshot
-from vllmdiag.stack_classes import GRAMMAR_BITMASK, GRAMMAR_COMPILE, UNKNOWN
+from vllmdiag.vocab.stack_classes import GRAMMAR_BITMASK, GRAMMAR_COMPILE, UNKNOWN
 
 GRAMMAR = (GRAMMAR_COMPILE, GRAMMAR_BITMASK)
 # File of a frame -> the structured-output backend it belongs to (vllm/v1/structured_output/backend_*.py

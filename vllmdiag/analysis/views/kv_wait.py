@@ -10,7 +10,7 @@ from vllmdiag.analysis.views.deployments import Deployment
 from vllmdiag.analysis.views.progress import all_passes, deployment_progress, metric_samples
 from vllmdiag.analysis.views.stack_match import classify_snapshot
 from vllmdiag.model import Snapshot
-from vllmdiag.stack_classes import ENGINE_YIELD, KV_TRANSFER
+from vllmdiag.vocab.stack_classes import ENGINE_YIELD, KV_TRANSFER
 
 
 def waits_for_kv(snapshot: Snapshot, dep: Deployment) -> bool:

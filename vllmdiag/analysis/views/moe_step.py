@@ -6,7 +6,7 @@ leaves it to the EP comparison (gpu_groups.ep_rank_odd)."""
 from __future__ import annotations
 
 from vllmdiag.analysis.views.stack_match import StackClass
-from vllmdiag.stack_classes import COLLECTIVE
+from vllmdiag.vocab.stack_classes import COLLECTIVE
 
 EP_OPS = ("moe_dispatch", "moe_combine")  # stack_rules.yaml ops of the MoE all2all
 

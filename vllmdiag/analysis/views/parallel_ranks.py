@@ -9,7 +9,7 @@ from typing import Any
 from vllmdiag.analysis.views.deployments import Deployment, role_of
 from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Snapshot
-from vllmdiag.stack_classes import COLLECTIVE, DP_SYNC, ENGINE_DP_SYNC, ENGINE_IDLE, IDLE
+from vllmdiag.vocab.stack_classes import COLLECTIVE, DP_SYNC, ENGINE_DP_SYNC, ENGINE_IDLE, IDLE
 
 SYNC = (DP_SYNC, ENGINE_DP_SYNC)
 LIVE = ("Z", "X")

@@ -20,7 +20,7 @@ from vllmdiag.analysis.views import kv_transfer
 from vllmdiag.analysis.views.deployments import Deployment, find_deployments, role_of
 from vllmdiag.analysis.views.stack_match import StackClass, call_site, classify_threads, stop_signature, thread_frames
 from vllmdiag.model import Snapshot
-from vllmdiag.stack_classes import (
+from vllmdiag.vocab.stack_classes import (
     COLLECTIVE,
     COMPILING,
     ENGINE_BLOCKED_FULL_RING,

@@ -14,7 +14,7 @@ from vllmdiag.analysis.views.deployments import Deployment, display_title, role_
 from vllmdiag.analysis.views.moe_step import ep_op
 from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.stack_classes import COLLECTIVE, COMPILING
+from vllmdiag.vocab.stack_classes import COLLECTIVE, COMPILING
 
 SPIN_UTIL_PCT, SPIN_POWER_FRACTION = 95, 0.6  # busy-wait kernels keep SMs "utilized" without drawing full power
 GroupKey = tuple[int, int, int]

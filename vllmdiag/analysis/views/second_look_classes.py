@@ -1,4 +1,4 @@
-"""The second stack look (vllmdiag/second_look.py resamples odd ranks): each resampled process's class, and
+"""The second stack look (vllmdiag/runtime/second_look.py resamples odd ranks): each resampled process's class, and
 whether a picture held between the two looks. Shared by the gpu, queue and fleet analyzers (pure)."""
 
 from __future__ import annotations

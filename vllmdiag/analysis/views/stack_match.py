@@ -19,8 +19,8 @@ import yaml
 
 from vllmdiag.errors import BadInput
 from vllmdiag.model import Snapshot
-from vllmdiag.playbook import SAFE_LOADER
-from vllmdiag.stack_classes import COLLECTIVE, UNKNOWN
+from vllmdiag.playbooks.playbook import SAFE_LOADER
+from vllmdiag.vocab.stack_classes import COLLECTIVE, UNKNOWN
 
 ENV_EXTRA = "VLLMDIAG_STACK_RULES"
 _VERSION = re.compile(r"[<>]?=?\d+\.\d+(\.\d+)?")
@@ -334,7 +334,7 @@ def _load_cached(extra: str | None) -> Rules:
     base = yaml.load(resources.files("vllmdiag.playbooks").joinpath("stack_rules.yaml").read_text("utf-8"), Loader=SAFE_LOADER)
     rules = parse_rules(base, "stack_rules.yaml")
     if extra:
-        from vllmdiag.infile import InputError, read_yaml
+        from vllmdiag.files.infile import InputError, read_yaml
 
         try:
             raw = read_yaml(extra, "stack rules file")  # regular file, size cap, no YAML aliases

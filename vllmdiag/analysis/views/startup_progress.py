@@ -24,7 +24,7 @@ from vllmdiag.analysis.views.progress import HELD_S, all_passes, same_place, wat
 from vllmdiag.analysis.views.rank_compare import rank_name
 from vllmdiag.analysis.views.stack_match import StackClass, classify_threads, stop_signature
 from vllmdiag.model import Snapshot
-from vllmdiag.stack_classes import (
+from vllmdiag.vocab.stack_classes import (
     COLLECTIVE,
     COMPILING,
     ENGINE_BUSY,

@@ -14,7 +14,14 @@ from vllmdiag.analysis.views.deployments import Deployment
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.kv_wait import waits_for_kv
 from vllmdiag.model import Culprit, Finding, Snapshot
-from vllmdiag.stack_classes import COLLECTIVE, COMPILING, ENGINE_BLOCKED_FULL_RING, ENGINE_WAITING_WORKERS, EXECUTING, SYNC_POINT
+from vllmdiag.vocab.stack_classes import (
+    COLLECTIVE,
+    COMPILING,
+    ENGINE_BLOCKED_FULL_RING,
+    ENGINE_WAITING_WORKERS,
+    EXECUTING,
+    SYNC_POINT,
+)
 
 LAYER = "client"
 CODES = ("client.stalled_reader", "client.requests_stuck_waiting", "client.no_token_progress", "client.health_failed",

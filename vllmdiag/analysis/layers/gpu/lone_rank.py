@@ -22,7 +22,7 @@ from vllmdiag.analysis.views.progress import HELD_S, all_passes, deployment_prog
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDLE, KV_TRANSFER
+from vllmdiag.vocab.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDLE, KV_TRANSFER
 
 LAYER = "gpu"
 CODES = ("gpu.rank_stuck_alone",)

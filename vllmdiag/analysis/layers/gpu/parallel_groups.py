@@ -42,7 +42,7 @@ from vllmdiag.analysis.views.rank_compare import (
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
-from vllmdiag.stack_classes import COLLECTIVE
+from vllmdiag.vocab.stack_classes import COLLECTIVE
 
 LAYER = "gpu"
 CODES = ("gpu.dp_out_of_step", "gpu.ep_rank_odd", "gpu.pp_stage_stuck")

@@ -3,7 +3,7 @@
 A collective finishes only when every rank of the group joined it, so ranks waiting in one while
 a peer is elsewhere wait for that peer: a straggler (outside any collective), a mismatch (another
 op), or missing (no stack). One sample can catch that picture in passing under load, so triage
-samples odd ranks again (``resample``, vllmdiag/second_look.py); only a picture that holds is critical. Stack classes are
+samples odd ranks again (``resample``, vllmdiag/runtime/second_look.py); only a picture that holds is critical. Stack classes are
 folded into rank sets (``TP[0-2,4-7]``) the way LLNL STAT folds MPI ranks.
 """
 
@@ -29,7 +29,7 @@ from vllmdiag.analysis.views.rank_compare import (
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Culprit, Finding, Snapshot
-from vllmdiag.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDLE, SYNC_POINT
+from vllmdiag.vocab.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDLE, SYNC_POINT
 
 LAYER = "gpu"
 CODES = ("gpu.rank_straggler", "gpu.collective_mismatch", "gpu.rank_missing", "gpu.nccl_spin", "gpu.host_stall",

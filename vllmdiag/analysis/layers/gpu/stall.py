@@ -34,7 +34,7 @@ from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.analysis.views.startup_progress import startup_picture
 from vllmdiag.model import Culprit, Finding, Snapshot
-from vllmdiag.stack_classes import (
+from vllmdiag.vocab.stack_classes import (
     COLLECTIVE,
     COMPILING,
     ENGINE_BUSY,

@@ -16,7 +16,7 @@ from vllmdiag.analysis.views.coverage import blind
 from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.stack_classes import HANDSHAKE, INIT_DEVICE, LOAD_MODEL, NCCL_INIT, WAIT_FOR_READY, WAIT_UNTIL_READY, WARMUP
+from vllmdiag.vocab.stack_classes import HANDSHAKE, INIT_DEVICE, LOAD_MODEL, NCCL_INIT, WAIT_FOR_READY, WAIT_UNTIL_READY, WARMUP
 
 LAYER = "handshake"
 CODES = ("handshake.engine_endpoint_gone", "handshake.engine_not_registered", "handshake.coordinator_endpoint_missing",
@@ -174,7 +174,7 @@ def _frontend(v: _View) -> list[Finding]:
 
 def _shutting_down(v: _View) -> int:
     from vllmdiag.analysis.views.stack_match import classify_snapshot
-    from vllmdiag.stack_classes import ENGINE_SHUTDOWN
+    from vllmdiag.vocab.stack_classes import ENGINE_SHUTDOWN
 
     classes = classify_snapshot(v.snap)
     return sum(1 for e in v.engines if (sc := classes.get(e["pid"])) is not None and sc.name == ENGINE_SHUTDOWN)

@@ -41,7 +41,7 @@ def _engine_shutting_down(snap: Snapshot, dep: Deployment, missing: list[Finding
     after a worker died. At TP>1 the surviving ranks show which one is gone (process.rank_missing); a lone
     TP=1 worker that died leaves no rank to compare, so the engine going down is what names it."""
     from vllmdiag.analysis.views.stack_match import classify_snapshot
-    from vllmdiag.stack_classes import ENGINE_SHUTDOWN
+    from vllmdiag.vocab.stack_classes import ENGINE_SHUTDOWN
 
     if missing:
         return []

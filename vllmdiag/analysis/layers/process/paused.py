@@ -13,7 +13,7 @@ from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import finding
 from vllmdiag.analysis.views.stack_match import classify_snapshot
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.stack_classes import ENGINE_PAUSED
+from vllmdiag.vocab.stack_classes import ENGINE_PAUSED
 
 LAYER = "process"
 CODES = ("process.engine_paused",)

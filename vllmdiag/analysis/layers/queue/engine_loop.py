@@ -18,7 +18,7 @@ from vllmdiag.analysis.views.progress import all_passes, deployment_progress
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.stack_classes import ENGINE_BUSY, IDLE
+from vllmdiag.vocab.stack_classes import ENGINE_BUSY, IDLE
 
 LAYER = "queue"
 CODES = ("queue.engine_loop_stuck",)

@@ -30,7 +30,7 @@ from vllmdiag.analysis.views.grammar_looks import GrammarLook, engine_looks, in_
 from vllmdiag.analysis.views.progress import COUNTERS, HELD_S, all_passes, deployment_progress, metric_samples
 from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Finding, Snapshot
-from vllmdiag.stack_classes import GRAMMAR_BITMASK
+from vllmdiag.vocab.stack_classes import GRAMMAR_BITMASK
 
 LAYER = "queue"
 CODES = ("queue.grammar_stuck",)

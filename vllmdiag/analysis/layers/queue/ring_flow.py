@@ -15,14 +15,14 @@ from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.ring_roles import MiB, RingRole, ring_roles
 from vllmdiag.model import Culprit, Finding, Snapshot
-from vllmdiag.shm_names import by_kind, leftovers, segment_kind, unseen_maps
+from vllmdiag.vocab.shm_names import by_kind, leftovers, segment_kind, unseen_maps
 
 LAYER = "queue"
 CODES = ("queue.ring_full", "queue.reader_lagging", "queue.response_unread", "queue.readers_all_behind",
          "queue.shm_leaked", "queue.shm_low", "queue.shm_nearly_full", "queue.shm_entries_skipped")
 ORDER = 0  # the old module order within the layer: verdicts read as before
 NEARLY_FULL_FRACTION = 0.1
-# What a killed run leaves behind is one list for every command: vllmdiag/shm_names.py (issue 33). No age
+# What a killed run leaves behind is one list for every command: vllmdiag/vocab/shm_names.py (issue 33). No age
 # threshold here: a creator maps its segment microseconds after creating it, and a ring being torn down is
 # told apart by the rings probe (`unlinked` while it was sampled).
 

@@ -22,12 +22,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vllmdiag import __version__, lastword
+from vllmdiag import __version__
 from vllmdiag.context import Context
-from vllmdiag.killtree import end_processes, kill_session, own_children
 from vllmdiag.model import ProbeResult, Snapshot, SnapshotError, strict_json
 from vllmdiag.registry import Probe, discover
 from vllmdiag.registry import select as select_probes
+from vllmdiag.runtime import lastword
+from vllmdiag.runtime.killtree import end_processes, kill_session, own_children
 
 GRACE_S = 0.5  # after the budget: the child serializes and exits; killing sooner would lose good results
 REAP_S = 0.5  # how long to wait for the killed child (one in D state may never go)
@@ -46,7 +47,7 @@ def collect_bounded(ctx: Context, *, probes: list[str] | None = None, enable: se
     answer that makes a probe run away ends that pass, never the watcher (issue 25 item 4).
     ``on_result``: called in this process with each probe's data as it arrives, while the child still
     collects (triage classifies the stacks then, off the path after the window); what it raises is dropped."""
-    from vllmdiag.runner import collect_snapshot
+    from vllmdiag.runtime.runner import collect_snapshot
 
     names: list[str] | None = None
     if probes is not None or registry is not None:  # bad names fail here, before the fork
@@ -106,7 +107,7 @@ def _child(wfd: int, run: Any, ctx: Context, limits: dict[int, int] | None = Non
             _lower_limit(which, value)
         # Before any probe thread starts (the class is per thread, inherited by what it starts): a
         # CLI that boosted itself passes its own state on; a resident watcher's triage boosts here.
-        from vllmdiag import priority
+        from vllmdiag.runtime import priority
 
         prio = priority.boost(bool(ctx.options.get("boost", True)))
         lock = threading.Lock()

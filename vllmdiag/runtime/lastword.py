@@ -183,7 +183,7 @@ def _say(text: str, fd: int = 1) -> None:
 def _end(code: int) -> None:
     pid = _state["collector"]
     if pid is not None:
-        from vllmdiag.killtree import kill_session  # loaded with the collector (hardstop.py)
+        from vllmdiag.runtime.killtree import kill_session  # loaded with the collector (hardstop.py)
 
         kill_session(pid)
     os._exit(code)
