@@ -72,7 +72,7 @@ def test_every_rank_of_a_tp8_uniform_hang_is_named_in_the_terminal(uniform8: Any
 
 
 def test_every_rank_is_named_in_the_markdown_and_the_html(uniform8: Any, tmp_path: Path) -> None:
-    from tests.test_html_report import CHROMIUM, rendered_text
+    from test_html_report import CHROMIUM, rendered_text
 
     doc, saved = uniform8
     pids = sorted({c["pid"] for c in doc["verdict"]["culprits"] if c.get("pid") is not None})
@@ -153,7 +153,7 @@ def test_each_command_is_one_line_in_the_terminal_and_prose_is_no_command(stragg
 
 
 def test_html_commands_copy_without_the_prompt_and_prose_is_a_sentence(straggler: Any, tmp_path: Path) -> None:
-    from tests.test_html_report import CHROMIUM, rendered_text
+    from test_html_report import CHROMIUM, rendered_text
 
     if CHROMIUM is None:
         pytest.skip("chromium not installed")

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.fleet_fixtures import silent_listener
+from fleet_fixtures import silent_listener
 from vllmdiag.runtime.deadline import CONFIRMING
 from vllmdiag.sweep.fanout import SweepPlan
 from vllmdiag.sweep.transport import Transport
