@@ -51,7 +51,8 @@ def bare_class_literals(source: str, where: str) -> list[str]:
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             v = stmt.value
             elts = v.keys if isinstance(v, ast.Dict) else getattr(v, "elts", None)
-            if elts and all(e is not None for e in elts) and len(_class_literals(ast.Tuple(elts=elts))) == len(elts):
+            known = [e for e in elts or [] if e is not None]  # a dict's `**other` has the key None
+            if elts and len(known) == len(elts) and len(_class_literals(ast.Tuple(elts=known))) == len(elts):
                 out.append(f"{where}:{stmt.lineno}: {ast.unparse(stmt)[:100]}")
     return out
 
