@@ -116,6 +116,7 @@ def test_real_retitled_processes_are_selected_with_their_raylet() -> None:
         from vllmdiag.probes.processes import collect
 
         data = collect(Context())
+        assert isinstance(data, dict), data  # a Partial (some pid unreadable) fails the lookups below too
         mine = next(x for x in data["processes"] if x["pid"] == child)
         assert (mine["role"], mine["executor"], mine["title"]) == ("worker", "ray", "ray::RayWorkerProc.run")
         raylet = next(x for x in data["parents"] if x["pid"] == p.pid)
@@ -268,7 +269,7 @@ def test_nvml_pid_of_a_containerised_process_is_found_through_nspid() -> None:
 
 
 # ---- data / expert / pipeline parallel ------------------------------------------------------------
-def dp_snapshot(dp1: list[dict[str, Any]], again: dict[int, list[dict[str, Any]]] | None = None,
+def dp_snapshot(dp1: list[list[dict[str, Any]]], again: dict[int, list[dict[str, Any]]] | None = None,
                 engine1: Any = None) -> Snapshot:
     """DP=2 x TP=2 under one API server with a DPCoordinator; DP0 waits in the DP sync."""
     procs = [proc(10, 1, "api_server", "python3 /usr/bin/vllm serve m -tp 2 -dp 2"),
