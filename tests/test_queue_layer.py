@@ -48,6 +48,11 @@ def only(findings: list[Finding], code: str) -> Finding:
     return hits[0]
 
 
+def pid_of(proc: dict[str, Any] | None) -> int | None:
+    """A ring role's writer or reader pid; None where no process was placed (the test then fails)."""
+    return proc["pid"] if proc is not None else None
+
+
 def test_real_fixtures_blame_worker_tp2_not_the_engine(segments, tree) -> None:
     rpc, resp, bcast = (segments(f) for f in ("rpc-tp4-reader2-stuck", "response-3-unread",
                                                "tp-broadcaster-3readers-2read"))
@@ -55,11 +60,11 @@ def test_real_fixtures_blame_worker_tp2_not_the_engine(segments, tree) -> None:
     snap = collect(t["prefix"])
     roles = {r.name: r for r in queue.ring_roles(snap, find_deployments(snap))}
     pids = t["pids"]
-    assert roles[rpc.name].role == "rpc_broadcast_mq" and roles[rpc.name].writer["pid"] == pids["EngineCore"]
-    assert [p["pid"] for p in roles[rpc.name].readers] == [pids[f"Worker_TP{r}"] for r in range(4)]
-    assert roles[resp.name].role == "worker_response_mq" and roles[resp.name].writer["pid"] == pids["Worker_TP0"]
-    assert roles[bcast.name].role == "group_broadcaster" and roles[bcast.name].writer["pid"] == pids["Worker_TP0"]
-    assert [p["pid"] for p in roles[bcast.name].readers] == [pids[f"Worker_TP{r}"] for r in (1, 2, 3)]
+    assert roles[rpc.name].role == "rpc_broadcast_mq" and pid_of(roles[rpc.name].writer) == pids["EngineCore"]
+    assert [pid_of(p) for p in roles[rpc.name].readers] == [pids[f"Worker_TP{r}"] for r in range(4)]
+    assert roles[resp.name].role == "worker_response_mq" and pid_of(roles[resp.name].writer) == pids["Worker_TP0"]
+    assert roles[bcast.name].role == "group_broadcaster" and pid_of(roles[bcast.name].writer) == pids["Worker_TP0"]
+    assert [pid_of(p) for p in roles[bcast.name].readers] == [pids[f"Worker_TP{r}"] for r in (1, 2, 3)]
     found = queue_findings(snap)
     full = only(found, "queue.ring_full")
     assert full.severity == "critical" and [c.pid for c in full.culprits] == [pids["Worker_TP2"]]
@@ -72,7 +77,7 @@ def test_real_fixtures_blame_worker_tp2_not_the_engine(segments, tree) -> None:
 
 
 def test_lagging_reader_not_full(tree) -> None:
-    slots = [(1, 1, 1, 1, 1)] * 2 + [(1, 1, 0, 1, 1)] * 3 + [(0, 0, 0, 0, 0)] * 5
+    slots: list[tuple[int, ...]] = [*[(1, 1, 1, 1, 1)] * 2, *[(1, 1, 0, 1, 1)] * 3, *[(0, 0, 0, 0, 0)] * 5]
     rpc = craft_rpc(DEV_SHM / f"psm_{os.urandom(4).hex()}", slots)
     try:
         t = tree({"title": "EngineCore", "maps": [str(rpc)],
