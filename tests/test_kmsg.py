@@ -42,7 +42,7 @@ def test_probe_reads_a_kmsg_file_read_only(tmp_path: Path) -> None:
 def test_probe_on_this_machine_answers_or_says_why() -> None:
     try:
         data = kmsg.collect(Context())
-    except kmsg.Skip as skip:  # type: ignore[attr-defined]
+    except kmsg.Skip as skip:
         assert "kernel log" in skip.reason
         return
     assert data["source"] in ("kmsg", "journalctl") and isinstance(data["lines"], list)

@@ -27,14 +27,14 @@ PATHCALL = re.compile(r'^\d+\s+(\w+)\((?:AT_FDCWD, |\d+, )?"([^"]*)"(.*)$')
 
 
 def _state(dep: Any) -> dict[str, Any]:
-    files = {}
+    files: dict[str, tuple[int, int] | None] = {}
     for path in [f"/dev/shm/{n}" for n in dep.segments] + list(dep.ipc_paths):
         try:
             st = os.stat(path)
             files[path] = (st.st_ino, st.st_size)
         except FileNotFoundError:
             files[path] = None
-    stopped = {}
+    stopped: dict[int, bool | None] = {}
     for p in dep.processes:
         try:
             with open(f"/proc/{p['pid']}/stat") as fh:
