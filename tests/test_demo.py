@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllmdiag.cli.demo import Injected, grade
+from vllmdiag_sim.demo import Injected, grade
 from vllmdiag_sim.faults import EXPECTED, FAULTS
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy and namespaces need root")

@@ -41,7 +41,7 @@ def test_window_goes_to_the_nodes_and_stretches_only_a_default_deadline() -> Non
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     if skip_reason() is not None:
         pytest.skip(skip_reason() or "")
-    from vllmdiag.cli.demo import inject
+    from vllmdiag_sim.demo import inject
 
     tmp = tmp_path_factory.mktemp("confirm-fleet")
     deps: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 from vllmdiag import __version__
 from vllmdiag.cli.options import COLLECT, TRIAGE, typer_command, with_defaults
+from vllmdiag.cli.plugins import add_commands, need_simulator
 from vllmdiag.cli.shared import arg as _arg
 from vllmdiag.cli.shared import emit
 from vllmdiag.cli.shared import opt as _opt
@@ -44,24 +45,14 @@ def main(argv: list[str] | None = None) -> None:
         kwargs = triage_kwargs(argv[1:])
         if kwargs is not None:
             raise SystemExit(_guard(lambda: triage_command(**kwargs)))
-    if argv[:1] in (["demo"], ["sim"]) and not {"-h", "--help"} & set(argv[1:]) and _guard(_need_simulator):
+    if argv[:1] in (["demo"], ["sim"]) and _guard(lambda: need_simulator(argv[0])):
         raise SystemExit(EXIT_USAGE)
     app = build_app(argv)
     raise SystemExit(_guard(lambda: app(args=argv, prog_name="vllmdiag", standalone_mode=False) or 0))
 
 
-# The simulator is its own distribution (sim/pyproject.toml): production nodes install none of it.
-SIM_INSTALL = "python3 -m pip install dist/vllmdiag_sim-*.whl"  # the release (scripts/build-release)
-
-
-def _need_simulator() -> int:
-    """``demo`` and ``sim`` run the simulator: without it, one line naming the command that adds it."""
-    import importlib.util
-
-    if importlib.util.find_spec("vllmdiag_sim") is None:
-        raise BadInput(f"the simulator is not installed (demo and sim need it): run `{SIM_INSTALL}` where the "
-                       "release was built (docs/install.md), or `python3 -m pip install ./sim` in a checkout")
-    return 0
+# Commands of other distributions (the simulator's demo and sim: cli/plugins.py) never take these names.
+OWN_COMMANDS = ("triage", "analyze", "collect", "playbook", "sweep", "gate", "watch")
 
 
 def _click_exceptions() -> list[Any]:
@@ -133,18 +124,8 @@ def build_app(argv: list[str] | None = None) -> Any:
     # collect runs on argparse (cli/collect.py: every node, typer or not); typer shows its help from the table.
     app.command("collect")(typer_command(_collect_passthrough, COLLECT))
     app.command("playbook")(playbook_command)
-    app.command("demo")(demo_command)
-    command = next((a for a in argv or [] if not a.startswith("-")), None)
-    if command in (None, "sim"):  # the simulator's imports cost ~0.1 s: only when it is asked for or listed
-        try:
-            from vllmdiag_sim.cli import app as sim_app
-
-            app.add_typer(sim_app, name="sim", help="Simulated vLLM 0.33 deployments with fault injection.")
-        except ModuleNotFoundError as exc:
-            # Only an absent simulator hides `sim`: a broken one (it once imported a deleted module) must
-            # say so, not turn into "No such command 'sim'".
-            if exc.name != "vllmdiag_sim":
-                raise
+    # Here, so the help lists them where `demo` always stood; imported only when asked for or listed.
+    add_commands(app, next((a for a in argv or [] if not a.startswith("-")), None), OWN_COMMANDS)
     for module, attr in (("vllmdiag.cli.sweep_command", "register"),
                          ("vllmdiag.cli.gate_command", "register"),
                          ("vllmdiag.cli.watch_command", "register")):
@@ -319,31 +300,6 @@ def playbook_command(
         raise BadInput(f"unknown finding code {code!r}; run `vllmdiag playbook` for the list")
     show_playbook(code, books[code])
     return 0
-
-
-def demo_command(
-    fault: Annotated[str, _opt("--fault", help="fault to inject (see `vllmdiag sim list-faults`)")] = "straggler",
-    tp: Annotated[int | None, _opt("--tp", help="tensor-parallel size (1-8; default 4, with --fleet 2 per node)")] = None,
-    rank: Annotated[int | None, _opt("--rank", help="TP rank the fault targets (default: the last)")] = None,
-    fleet: Annotated[bool, _opt("--fleet", help="start a few namespaced nodes (root) and sweep them")] = False,
-    nodes: Annotated[int, _opt("--nodes", help="with --fleet: how many nodes (2-8)")] = 4,
-    report: Annotated[Path | None, _opt("--report", help="also write a self-contained .html or .md report")] = None,
-    verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
-) -> int:
-    """Start a simulated hung vLLM deployment, say what was injected, triage it, say if it was found, tear down."""
-    if tp is not None and not 1 <= tp <= 8:
-        raise BadInput("--tp must be between 1 and 8")
-    _check_report_name(report)
-    _verbose(verbose)
-    if fleet:
-        from vllmdiag.cli.demo_fleet import demo_fleet
-
-        if not 2 <= nodes <= 8:
-            raise BadInput("--nodes must be between 2 and 8")
-        return int(demo_fleet(fault=fault, nodes=nodes, tp=tp or 2, rank=rank, report=report))
-    from vllmdiag.cli.demo import demo
-
-    return int(demo(fault=fault, tp=tp or 4, rank=rank, report=report))
 
 
 def _check_report_name(report: Path | None) -> None:

@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from vllmdiag.cli.demo import (
+from vllmdiag.errors import BadInput
+from vllmdiag_sim.demo import (
     Injected,
     check_fault,
     default_rank,
@@ -31,7 +32,6 @@ from vllmdiag.cli.demo import (
     teardown_on_sigterm,
     write_report_file,
 )
-from vllmdiag.errors import BadInput
 
 
 def demo_fleet(fault: str = "straggler", nodes: int = 4, tp: int = 2, rank: int | None = None,

@@ -240,5 +240,5 @@ def _exit_meaning(code: int) -> str:
             4: "inconclusive: the tool could not see enough"}.get(code, "see README: exit codes")
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m vllmdiag.cli.demo` for quick manual runs
+if __name__ == "__main__":  # pragma: no cover - `python -m vllmdiag_sim.demo` for quick manual runs
     sys.exit(demo())
