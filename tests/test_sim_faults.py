@@ -74,10 +74,6 @@ def check_load(dep: Deployment) -> None:
     assert dep.pids_by_role["client"]
 
 
-def check_status(want: str) -> Callable[[Deployment], None]:
-    return lambda dep: assert_status(dep.worker_pid(CULPRIT) if want != "gone" else dep.gone_pid, want)
-
-
 def assert_status(pid: int, want: str) -> None:
     assert faults.status(pid) == want
 
@@ -122,10 +118,11 @@ def check_client_stalled(dep: Deployment) -> None:
     assert first > 0 and wait_until(lambda: faults.send_q_bytes(dep.http_port or 0, port) > first)
 
 
+PID_AT_FAULT: dict[str, int] = {}  # deployment id -> its culprit worker's pid before the fault (after it, none may be)
 CHECKS: dict[str, Callable[[Deployment], None]] = {
     "healthy-load": check_load,
-    "worker-killed": lambda d: assert_status(d.worker_pid_at_fault, "zombie"),
-    "worker-gone": lambda d: assert_status(d.worker_pid_at_fault, "gone"),
+    "worker-killed": lambda d: assert_status(PID_AT_FAULT[d.id], "zombie"),
+    "worker-gone": lambda d: assert_status(PID_AT_FAULT[d.id], "gone"),
     "worker-stopped": lambda d: assert_status(d.worker_pid(CULPRIT), "stopped"),
     "engine-killed": check_engine_killed,
     "endpoint-gone": check_endpoint_gone,
@@ -141,11 +138,11 @@ CHECKS: dict[str, Callable[[Deployment], None]] = {
 @pytest.mark.parametrize("fault", sorted(CHECKS))
 def test_fault_state(fault: str, sim_state: Path) -> None:  # noqa: F811
     with Deployment.up(tp=TP) as dep:
-        dep.worker_pid_at_fault = dep.worker_pid(CULPRIT)  # type: ignore[attr-defined]
+        PID_AT_FAULT[dep.id] = dep.worker_pid(CULPRIT)
         dep.inject(fault)  # the default rank is the node's last one (CULPRIT)
         CHECKS[fault](dep)
         records, segments, ipc = list(dep.processes), dep.segments, dep.ipc_paths
-        records.append({"pid": dep.worker_pid_at_fault, "create_time": 0})  # type: ignore[attr-defined]
+        records.append({"pid": PID_AT_FAULT[dep.id], "create_time": 0})
     assert_clean(records, segments, ipc)
 
 
