@@ -8,18 +8,20 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.gate.checks import CHECKS, evaluate
-from vllmdiag.gate.checks_env import env_hazards
-from vllmdiag.gate.checks_gpu import check_gpu_health
-from vllmdiag.gate.checks_limits import check_nofile, check_ptrace
-from vllmdiag.gate.checks_url import check_ports, check_url_completion
-from vllmdiag.gate.config import ALL_CHECKS, NODE_CHECKS, ConfigError, GateConfig, _check_fields, load_config, parse_config
+from vllmdiag.gate.checks.env import env_hazards
+from vllmdiag.gate.checks.gpu import check_gpu_health
+from vllmdiag.gate.checks.limits import check_nofile, check_ptrace
+from vllmdiag.gate.checks.url import check_ports, check_url_completion
+from vllmdiag.gate.config import ConfigError, GateConfig, _check_fields, load_config, parse_config
+from vllmdiag.gate.contract import all_names, by_name, names
 from vllmdiag.gate.cross_node import gate_fleet
 from vllmdiag.gate.junit import fleet_junit
+from vllmdiag.gate.run import evaluate
 from vllmdiag.gate.shm_sizing import ring_bytes
 from vllmdiag.model import ProbeResult, Snapshot
 
 GiB = 1 << 30
+CHECKS, NODE_CHECKS, ALL_CHECKS = by_name(), names("node", "url"), all_names()
 
 
 def snap(node: str = "n1", options: dict[str, Any] | None = None, **probes: Any) -> Snapshot:
@@ -124,9 +126,9 @@ def test_evaluate_marks_advisory_and_skips_missing_probes() -> None:
 
 def test_config_default_and_errors(tmp_path: Path) -> None:
     _check_fields()
-    from vllmdiag.gate.config import DEFAULT_YAML
+    from vllmdiag.gate.config import default_yaml
 
-    assert parse_config(__import__("yaml").safe_load(DEFAULT_YAML)) == GateConfig()
+    assert parse_config(__import__("yaml").safe_load(default_yaml())) == GateConfig()
     cfg = parse_config({"tp": 4, "shm": {"headroom": "1GiB"}, "advisory": ["gpu_health"]})
     assert cfg.tp == 4 and cfg.shm_headroom_bytes == GiB and not cfg.required("gpu_health")
     for bad, words in (({"tp": 0}, "tp must be"), ({"shm": {"hedroom": 1}}, "unknown key 'shm.hedroom'"),

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from vllmdiag.context import Context
-from vllmdiag.gate.config import NODE_CHECKS, GateConfig
+from vllmdiag.gate.config import GateConfig
+from vllmdiag.gate.contract import names
 from vllmdiag.gate.run import run_gate
 
 CAN_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") is not None
@@ -49,7 +50,7 @@ def test_clean_node_passes_and_junit_has_one_testcase_per_check(tmp_path: Path) 
     checks = {c["name"]: c for c in out["gate"]["checks"]}
     assert checks["shm_capacity"]["status"] == "pass" and checks["shm_leaks"]["status"] == "pass"
     assert checks["gpu_health"]["status"] in ("skip", "warn", "pass")
-    assert set(checks) == set(NODE_CHECKS) - {"url_health", "url_metrics", "url_completion"}
+    assert set(checks) == set(names("node", "url")) - {"url_health", "url_metrics", "url_completion"}
     suites = ET.parse(junit).getroot()
     assert suites.tag == "testsuites"
     (suite,) = suites.findall("testsuite")

@@ -255,7 +255,7 @@ def test_blind_inside_a_pod_attributes_nothing_and_names_the_fix() -> None:
 
 
 def test_gate_does_not_call_unattributable_host_pids_foreign() -> None:
-    from vllmdiag.gate.checks_gpu import _ours
+    from vllmdiag.gate.checks.gpu import _ours
 
     procs = [{"pid": 12}]
     assert _ours(nvml_with({0: [9000]}, {12: [0]}), procs) == {12, 9000}  # host 9000 is our worker 12

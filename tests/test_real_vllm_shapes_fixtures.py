@@ -110,7 +110,7 @@ def test_killed_deployment_leftovers_are_listed_alike_by_triage_and_gate(tmp_pat
     """Every name the kill left in the private /dev/shm (index.json, listed live) is in triage's findings, the
     rings and CPU all-reduce buffers in its verdict, and the gate's shm_leaks check lists the same set."""
     from vllmdiag.api import load_snapshots
-    from vllmdiag.gate.checks import check_shm_leaks
+    from vllmdiag.gate.checks.shm import check_shm_leaks
     from vllmdiag.gate.config import GateConfig
 
     left = sorted(INDEX["killed.json.gz"]["private_dev_shm"])

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.gate.checks import CHECKS
+from vllmdiag.gate.checks.shm import check_shm_leaks
 from vllmdiag.gate.config import GateConfig
 from vllmdiag.vocab.shm_names import KINDS, classify_name, describe, is_leftover, leftovers
 
@@ -134,7 +134,7 @@ def test_both_commands_judge_one_snapshot_alike() -> None:
         "processes": {"status": "ok", "data": {"processes": []}},
         "shm": {"status": "ok", "data": {"segments": segs, "roots": []}}}})
     (leak,) = [f for f in queue_analyze(snap, []) if f.code == "queue.shm_leaked"]
-    gate = CHECKS["shm_leaks"](snap, GateConfig())
+    gate = check_shm_leaks(snap, GateConfig())
     assert [s["name"] for s in leak.evidence["segments"]] == [s["name"] for s in gate.numbers["segments"]]
     assert {s["name"] for s in gate.numbers["segments"]} == set(LEFT)
     assert "4 vLLM ring(s)" in gate.reason and "3 vLLM CPU all-reduce buffer(s)" in leak.message
@@ -153,7 +153,7 @@ def test_the_gate_is_unsure_where_triage_is() -> None:
         "processes": {"status": "ok", "data": {"processes": []}},
         "shm": {"status": "ok", "data": {"segments": segs, "roots": [], "unreadable_other_pids": 3}}}})
     (leak,) = [f for f in queue_analyze(snap, []) if f.code == "queue.shm_leaked"]
-    gate = CHECKS["shm_leaks"](snap, GateConfig())
+    gate = check_shm_leaks(snap, GateConfig())
     assert leak.severity == "info" and "Unsure" in leak.message and not leak.culprits
     assert gate.status == "warn" and "unsure" in gate.reason and gate.numbers["unreadable_maps"] == 3
     assert [s["name"] for s in leak.evidence["segments"]] == [s["name"] for s in gate.numbers["segments"]]

@@ -1,6 +1,8 @@
 """Discovers probes: every module in ``vllmdiag.probes`` with a ``SPEC`` and a ``collect``.
 
-Nothing else imports a probe by name, so adding a probe is adding one file.
+Nothing else imports a probe by name, so adding a probe is adding one file. ``discover_modules`` is the
+one way every extension point finds its modules by folder: probes here, analyzers and cross-node
+checks (``analysis/contract.py``), gate checks (``gate/contract.py``), terminal views (``render/screen.py``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from vllmdiag.errors import BadInput
@@ -27,20 +30,26 @@ class RegistryError(BadInput, RuntimeError):
     fix = "use a probe name that `vllmdiag triage --help` lists (--probe, --enable)"
 
 
-def discover() -> dict[str, Probe]:
-    import vllmdiag.probes as package
+def discover_modules(package: str, suffix: str = "") -> list[ModuleType]:
+    """Every module of ``package``'s folder whose name ends in ``suffix``, imported, in name order. A
+    name starting with ``_`` is private to its folder (a helper), never an extension. What a module
+    must declare, and the order its extensions run in, is each extension point's own contract."""
+    folder = importlib.import_module(package)
+    names = sorted(info.name for info in pkgutil.iter_modules(folder.__path__)
+                   if not info.name.startswith("_") and info.name.endswith(suffix))
+    return [importlib.import_module(f"{package}.{name}") for name in names]
 
+
+def discover() -> dict[str, Probe]:
     found: dict[str, Probe] = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    for module in discover_modules("vllmdiag.probes"):
+        name = module.__name__.rsplit(".", 1)[1]
         spec = getattr(module, "SPEC", None)
         collect = getattr(module, "collect", None)
         if spec is None and collect is None:
             continue  # a helper module, not a probe
-        validate(info.name, spec, collect)
-        found[info.name] = Probe(spec=spec, collect=collect)  # type: ignore[arg-type]
+        validate(name, spec, collect)
+        found[name] = Probe(spec=spec, collect=collect)  # type: ignore[arg-type]
     for probe in found.values():
         for dep in probe.spec.requires:
             if dep not in found:

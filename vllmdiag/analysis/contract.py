@@ -1,7 +1,7 @@
 """The analyzer contract, and where analyzers are found (pure).
 
 A module in ``analysis/layers/<layer>/`` *is* an analyzer (as sos finds its plugins: by folder, never
-by name). It has:
+by name; ``registry.discover_modules``, as every extension point). It has:
 
 - ``LAYER``: its layer, the folder's name; ``CODES``: every finding code it may emit (each with a
   playbook); ``analyze(snapshot, deployments) -> list[Finding]``;
@@ -21,8 +21,6 @@ Cross-node group checks are found the same way: every module in ``analysis/acros
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Iterable
 from functools import lru_cache
 from types import ModuleType
@@ -31,6 +29,7 @@ from typing import Protocol
 from vllmdiag.analysis.views.deployments import Deployment, find_deployments
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import LAYERS, Finding, Snapshot
+from vllmdiag.registry import discover_modules
 
 LAYERS_PACKAGE = "vllmdiag.analysis.layers"
 GROUP_CHECKS_PACKAGE = "vllmdiag.analysis.across_nodes.checks"
@@ -61,30 +60,22 @@ def analyzers() -> tuple[ModuleType, ...]:
     layer's folder that breaks the contract is a bug, said at once rather than skipped."""
     out: list[tuple[int, int, str, ModuleType]] = []
     for li, layer in enumerate(LAYERS):
-        package = importlib.import_module(f"{LAYERS_PACKAGE}.{layer}")
-        for info in pkgutil.iter_modules(package.__path__):
-            if info.name.startswith("_"):
-                continue
-            module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for module in discover_modules(f"{LAYERS_PACKAGE}.{layer}"):
             if getattr(module, "LAYER", None) != layer or not callable(getattr(module, "analyze", None)) \
                     or not getattr(module, "CODES", None):
                 raise TypeError(f"{module.__name__}: an analyzer needs LAYER = {layer!r}, CODES and analyze()")
-            out.append((li, int(getattr(module, "ORDER", DEFAULT_ORDER)), info.name, module))
+            out.append((li, int(getattr(module, "ORDER", DEFAULT_ORDER)), module.__name__, module))
     return tuple(m for *_, m in sorted(out, key=lambda t: t[:3]))
 
 
 @lru_cache(maxsize=1)
 def group_checks() -> tuple[ModuleType, ...]:
     """Every cross-node group check, in ``ORDER`` then name (a module there that breaks the contract is a bug)."""
-    package = importlib.import_module(GROUP_CHECKS_PACKAGE)
     out: list[tuple[int, str, ModuleType]] = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    for module in discover_modules(GROUP_CHECKS_PACKAGE):
         if not callable(getattr(module, "check_group", None)) or not getattr(module, "CODES", None):
             raise TypeError(f"{module.__name__}: a cross-node check needs CODES and check_group()")
-        out.append((int(getattr(module, "ORDER", DEFAULT_ORDER)), info.name, module))
+        out.append((int(getattr(module, "ORDER", DEFAULT_ORDER)), module.__name__, module))
     return tuple(m for *_, m in sorted(out, key=lambda t: t[:2]))
 
 

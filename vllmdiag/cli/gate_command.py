@@ -8,31 +8,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from vllmdiag.cli.shared import opt as _opt
+from vllmdiag.cli.options import GATE, typer_command, with_defaults
 from vllmdiag.model import strict_json
 
 
 def register(app: Any) -> None:
-    app.command("gate")(gate_command)
+    app.command("gate")(typer_command(gate_command, GATE))
 
 
-def gate_command(
-    config: Annotated[Path | None, _opt("--config", help="gate YAML (thresholds, required/advisory checks, ports)")] = None,
-    tp: Annotated[int | None, _opt("--tp", help="planned tensor-parallel size on this node (overrides the config)")] = None,
-    url: Annotated[str | None, _opt("--url", help="a deployed API (http://host:port): /health, /metrics, 1-token completion")]
-    = None,
-    junit: Annotated[Path | None, _opt("--junit", help="write JUnit XML here (one testsuite, one testcase per check)")] = None,
-    json_out: Annotated[bool, _opt("--json", help="print the results (and the snapshot) as JSON")] = False,
-    prom: Annotated[Path | None, _opt("--prom", help="write a Prometheus textfile here (node_exporter)")] = None,
-    show_config: Annotated[bool, _opt("--default-config", help="print the documented default config and exit")] = False,
-    nagios: Annotated[bool, _opt("--nagios", help="a Nagios/Icinga plugin: one line, exit 0 OK, 1 WARNING, 2 CRITICAL "
-                                 "(a required check failed), 3 UNKNOWN (one could not look, or the gate could not run)")]
-    = False,
-) -> int:
+def gate_command(**given: Any) -> int:
     """CI health gate before rollout: pass/warn/fail per check; exit 1 when a required check fails."""
-    if not nagios:
+    o = with_defaults(GATE, given)  # the options as declared in cli/options.py (typer passes them all)
+    config, tp, url, junit, json_out, prom, show_config = (o["config"], o["tp"], o["url"], o["junit"], o["json_out"],
+                                                           o["prom"], o["show_config"])
+    if not o["nagios"]:
         return _gate(config, tp, url, junit, json_out, prom, show_config)
     from vllmdiag.errors import VllmdiagError
     from vllmdiag.render.nagios_view import error_line, plugin_line
@@ -53,7 +44,7 @@ def gate_command(
 def _gate(config: Path | None, tp: int | None, url: str | None, junit: Path | None, json_out: bool, prom: Path | None,
           show_config: bool, quiet: bool = False) -> Any:
     """The gate; its exit code, or with `quiet` (--nagios) the node's results, nothing printed."""
-    from vllmdiag.gate.config import DEFAULT_YAML, load_config
+    from vllmdiag.gate.config import default_yaml, load_config
 
     if prom is not None:  # before any check runs: node_exporter reads only *.prom (a usage error, one line)
         from vllmdiag.gate.prom import check_name
@@ -63,7 +54,7 @@ def _gate(config: Path | None, tp: int | None, url: str | None, junit: Path | No
         from vllmdiag.runtime import lastword
 
         lastword.spoken()
-        sys.stdout.write(DEFAULT_YAML)
+        sys.stdout.write(default_yaml())
         return 0
     cfg = load_config(config).with_tp(tp)
     from vllmdiag.gate.run import gate_budget, run_gate, validate_url

@@ -1,6 +1,6 @@
 """Gate configuration: thresholds, required vs advisory checks, ports, allowed fleet env differences.
 
-Every key is optional; DEFAULT_YAML below is the documented default. Bad config is a one-line
+Every key is optional; default_yaml() is the documented default. Bad config is a one-line
 ConfigError (a BadInput: exit 2) naming the file and the key.
 """
 
@@ -13,15 +13,12 @@ from typing import Any
 
 from vllmdiag.errors import BadInput
 
-NODE_CHECKS = ("shm_capacity", "shm_leaks", "stale_sockets", "nofile_limit", "pids_limit", "ptrace", "pyspy",
-               "gpu_health", "ports", "env", "rpc_base", "url_health", "url_metrics", "url_completion")
-FLEET_CHECKS = ("fleet_versions", "fleet_libnccl", "fleet_env", "fleet_shm_size")
-ALL_CHECKS = NODE_CHECKS + FLEET_CHECKS
-
-DEFAULT_YAML = """\
+# The checks' names, scopes and advisory defaults are theirs (gate/checks/, gate/contract.py): this
+# module asks the contract for them when it validates a name, never at import (a check imports GateConfig).
+_DEFAULT_YAML = """\
 tp: 1                        # planned tensor-parallel size on this node (--tp overrides)
 collect_budget_s: 8          # total seconds for collecting the snapshot
-advisory: [stale_sockets, ptrace, pyspy]   # reported, but a fail does not fail the gate
+{advisory}# reported, but a fail does not fail the gate
 skip: []                     # checks not run at all
 ports: [8000, 29500, 29550]  # must be free before rollout (API, DP master, DP RPC)
 shm:
@@ -46,6 +43,18 @@ _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40
           "gb": 10**9, "tb": 10**12, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
+def default_yaml() -> str:
+    """The documented default config (`vllmdiag gate --print-config`); its advisory list is the checks'."""
+    line = f"advisory: [{', '.join(_default_advisory())}]"
+    return _DEFAULT_YAML.replace("{advisory}", line + " " * max(3, 29 - len(line)))
+
+
+def _default_advisory() -> tuple[str, ...]:
+    from vllmdiag.gate.contract import default_advisory
+
+    return default_advisory()
+
+
 class ConfigError(BadInput):
     fix = "correct the gate config entry named above (`vllmdiag gate --help` lists the checks and their keys)"
 
@@ -57,7 +66,7 @@ MAX_CONFIG_BYTES = 1 << 20
 class GateConfig:
     tp: int = 1
     collect_budget_s: float = 8.0
-    advisory: tuple[str, ...] = ("stale_sockets", "ptrace", "pyspy")
+    advisory: tuple[str, ...] = field(default_factory=_default_advisory)  # the checks declared advisory
     skip: tuple[str, ...] = ()
     ports: tuple[int, ...] = (8000, 29500, 29550)
     shm_headroom_bytes: int = 256 << 20
@@ -144,10 +153,13 @@ def _flatten(raw: Any, prefix: str) -> list[tuple[str, Any]]:
 
 
 def _check_names(key: str, value: Any) -> tuple[str, ...]:
+    from vllmdiag.gate.contract import all_names
+
     names = tuple(_str(key, v) for v in _list(key, value))
+    known = all_names()
     for name in names:
-        if name not in ALL_CHECKS:
-            raise ConfigError(f"{key}: unknown check {name!r} (known: {', '.join(ALL_CHECKS)})")
+        if name not in known:
+            raise ConfigError(f"{key}: unknown check {name!r} (known: {', '.join(known)})")
     return names
 
 

@@ -1,53 +1,22 @@
 """Fleet gate: the node checks on every snapshot plus cross-node consistency (pure).
 
-Cross-node checks compare one value per node (versions, libnccl build, NCCL/vLLM env, /dev/shm size)
-with the fleet's most common value; the odd nodes out fail, nodes without data skip. Ranks of one
-job on nodes with different NCCL builds or settings have hung vLLM (issue #41725).
+Cross-node checks (the ``fleet`` scope of ``gate/checks/``: versions, libnccl build, NCCL/vLLM env,
+/dev/shm size) give one value per node, compared here with the fleet's most common value; the odd
+nodes out fail, nodes without data skip.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from vllmdiag.gate.common import vllm_processes
 from vllmdiag.gate.config import GateConfig
+from vllmdiag.gate.contract import checks
 from vllmdiag.gate.result import CheckResult, FleetGateResult, NodeGateResult, result
 from vllmdiag.gate.run import gate_snapshot
 from vllmdiag.model import Snapshot
-
-Extract = Callable[[Snapshot, GateConfig], Any]
-
-
-def _versions(snap: Snapshot, cfg: GateConfig) -> Any:
-    return snap.data("libs").get("packages") or None
-
-
-def _libnccl(snap: Snapshot, cfg: GateConfig) -> Any:
-    libs = snap.data("libs").get("nccl") or []
-    return {lib["path"]: lib.get("build_id") for lib in libs} or None
-
-
-def _env(snap: Snapshot, cfg: GateConfig) -> Any:
-    procs = vllm_processes(snap)
-    env = (procs[0].get("environ") if procs else snap.data("preflight").get("env")) or {}
-    keep = {k: v for k, v in env.items() if k.startswith(("NCCL_", "VLLM_", "TORCH_NCCL", "CUDA_"))
-            and k not in cfg.allowed_env_differences}
-    return keep if (procs or "preflight" in snap.probes) else None
-
-
-def _shm_size(snap: Snapshot, cfg: GateConfig) -> Any:
-    return (snap.data("host").get("dev_shm") or {}).get("size_bytes")
-
-
-FLEET: dict[str, tuple[Extract, str]] = {
-    "fleet_versions": (_versions, "vLLM/torch/NCCL package versions"),
-    "fleet_libnccl": (_libnccl, "libnccl path and ELF build-id"),
-    "fleet_env": (_env, "NCCL_/VLLM_/CUDA_ environment"),
-    "fleet_shm_size": (_shm_size, "/dev/shm size"),
-}
 
 
 def gate_fleet(snapshots_by_node: Mapping[str, Snapshot], config: GateConfig | None = None,
@@ -56,10 +25,11 @@ def gate_fleet(snapshots_by_node: Mapping[str, Snapshot], config: GateConfig | N
     cfg = config or GateConfig()
     nodes = {node: gate_snapshot(snap, cfg) for node, snap in snapshots_by_node.items()}
     summaries = []
-    for name, (extract, what) in FLEET.items():
+    for check in checks("fleet"):
+        name = check.name
         if name in cfg.skip:
             continue
-        per_node, summary = compare(name, what, {n: extract(s, cfg) for n, s in snapshots_by_node.items()})
+        per_node, summary = compare(name, check.what, {n: check(s, cfg) for n, s in snapshots_by_node.items()})
         for node, res in per_node.items():
             res.required = cfg.required(name)
             nodes[node].checks.append(res)

@@ -1,4 +1,5 @@
-"""Collect a snapshot for the gate (existing runner + the gate's own probes) and evaluate the checks."""
+"""Collect a snapshot for the gate (existing runner + the gate's own probes) and evaluate the checks
+(found by folder: ``gate/checks/``, ``gate/contract.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from urllib.parse import urlsplit
 from vllmdiag.context import Context
 from vllmdiag.errors import BadInput
 from vllmdiag.gate import urlprobe
-from vllmdiag.gate.checks import evaluate
 from vllmdiag.gate.config import GateConfig
-from vllmdiag.gate.result import NodeGateResult
+from vllmdiag.gate.contract import Scope, checks
+from vllmdiag.gate.result import CheckResult, NodeGateResult, result
 from vllmdiag.model import Snapshot
 from vllmdiag.registry import Probe, discover
 
@@ -81,3 +82,32 @@ def run_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None
 def gate_snapshot(snap: Snapshot, cfg: GateConfig) -> NodeGateResult:
     """Node checks over an already collected snapshot (a sweep's, or a saved file)."""
     return NodeGateResult(snap.node, evaluate(snap, cfg), snap, snap.duration_s)
+
+
+def check_time(res: CheckResult, evaluated_s: float) -> float:
+    """JUnit's time of a check (issue 26: every one said 0): what it waited for, the request a URL check
+    made (its measured ``duration_s``), plus its own evaluation."""
+    waited = res.numbers.get("duration_s")
+    if not isinstance(waited, (int, float)) or isinstance(waited, bool) or not 0 <= waited < 1e6:
+        waited = 0.0
+    return round(float(waited) + evaluated_s, 6)
+
+
+def evaluate(snap: Snapshot, cfg: GateConfig) -> list[CheckResult]:
+    """Every enabled node check over one snapshot; URL checks only when the snapshot holds a --url run."""
+    scopes: tuple[Scope, ...] = ("node", "url") if snap.options.get("gate_url") else ("node",)
+    out: list[CheckResult] = []
+    for check in checks(*scopes):
+        name = check.name
+        if name in cfg.skip:
+            continue
+        began = time.perf_counter()
+        try:
+            res: CheckResult = check(snap, cfg)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # Snapshots can come from other nodes and versions: malformed data is this check's skip.
+            res = result(name, "skip", f"snapshot data malformed for this check ({type(exc).__name__}: {exc})")
+        res.required = cfg.required(name)
+        res.duration_s = check_time(res, time.perf_counter() - began)
+        out.append(res)
+    return out

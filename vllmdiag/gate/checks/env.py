@@ -10,6 +10,7 @@ from typing import Any
 
 from vllmdiag.gate.common import probe_problem, vllm_processes
 from vllmdiag.gate.config import GateConfig
+from vllmdiag.gate.contract import GateCheck
 from vllmdiag.gate.result import CheckResult, result
 from vllmdiag.model import Snapshot
 
@@ -157,3 +158,9 @@ def writable(mode: int, owner: Any, group: Any, uid: Any) -> bool:
     if uid is not None and uid == owner:
         return mode & 0o300 == 0o300
     return mode & 0o003 == 0o003
+
+
+GATE_CHECKS = (
+    GateCheck("env", "node", "env", check_env),
+    GateCheck("rpc_base", "node", "env", check_rpc_base),
+)

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from vllmdiag.gate.common import probe_problem
 from vllmdiag.gate.config import GateConfig
+from vllmdiag.gate.contract import GateCheck
 from vllmdiag.gate.result import CheckResult, result
 from vllmdiag.model import Snapshot
 
@@ -99,3 +100,11 @@ def check_url_completion(snap: Snapshot, cfg: GateConfig) -> CheckResult:
     if c.get("status_code") == 200 and c.get("choices"):
         return result(name, "pass", f"1-token completion from {data.get('model')} in {c.get('duration_s')} s", **numbers)
     return result(name, "fail", f"1-token completion failed: {c.get('error') or c.get('status_code')}", **numbers)
+
+
+GATE_CHECKS = (
+    GateCheck("ports", "node", "network", check_ports),
+    GateCheck("url_health", "url", "server", check_url_health),
+    GateCheck("url_metrics", "url", "server", check_url_metrics),
+    GateCheck("url_completion", "url", "server", check_url_completion),
+)

@@ -12,6 +12,7 @@ from typing import Any
 from vllmdiag.analysis.views import nvml_pids
 from vllmdiag.gate.common import vllm_processes
 from vllmdiag.gate.config import GateConfig
+from vllmdiag.gate.contract import GateCheck
 from vllmdiag.gate.result import CheckResult, result
 from vllmdiag.model import Snapshot
 
@@ -130,3 +131,6 @@ def _leaves(obj: Any, path: str) -> Any:
 
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+GATE_CHECKS = (GateCheck("gpu_health", "node", "gpu", check_gpu_health),)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vllmdiag.gate.common import probe_problem, vllm_processes
 from vllmdiag.gate.config import GateConfig
+from vllmdiag.gate.contract import GateCheck
 from vllmdiag.gate.result import CheckResult, result
 from vllmdiag.model import Snapshot
 
@@ -95,3 +96,11 @@ def check_pyspy(snap: Snapshot, cfg: GateConfig) -> CheckResult:
         return result(name, "pass", f"py-spy {info['version']} at {info.get('path')}", **info)
     return result(name, "fail", f"py-spy unusable ({info.get('error') or 'unknown'}): triage cannot read stacks; "
                   "pip install py-spy", **info)
+
+
+GATE_CHECKS = (
+    GateCheck("nofile_limit", "node", "limits", check_nofile),
+    GateCheck("pids_limit", "node", "limits", check_pids),
+    GateCheck("ptrace", "node", "limits", check_ptrace, advisory=True),
+    GateCheck("pyspy", "node", "limits", check_pyspy, advisory=True),
+)

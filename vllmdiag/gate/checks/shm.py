@@ -1,27 +1,18 @@
-"""Node checks: pure functions (snapshot, config) -> CheckResult, one per check.
+"""shm_capacity, shm_leaks, stale_sockets: what earlier runs left on the host, and room for the next.
 
 A check whose probe is absent or could not run says `skip` with the probe's reason; it never
-guesses. The registry CHECKS is in evaluation order; the GPU, env and URL checks live in their
-own modules.
+guesses (so every module of ``gate/checks/``; the contract: ``gate/contract.py``).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
-from vllmdiag.gate.checks_env import check_env, check_rpc_base
-from vllmdiag.gate.checks_gpu import check_gpu_health
-from vllmdiag.gate.checks_limits import check_nofile, check_pids, check_ptrace, check_pyspy
-from vllmdiag.gate.checks_url import check_ports, check_url_completion, check_url_health, check_url_metrics
 from vllmdiag.gate.common import probe_problem, vllm_processes
 from vllmdiag.gate.config import GateConfig
+from vllmdiag.gate.contract import GateCheck
 from vllmdiag.gate.result import CheckResult, result
 from vllmdiag.gate.shm_sizing import human_bytes, ring_bytes
 from vllmdiag.model import Snapshot
 from vllmdiag.vocab.shm_names import by_kind, leftovers, unseen_maps
-
-Check = Callable[[Snapshot, GateConfig], CheckResult]
 
 
 def check_shm_capacity(snap: Snapshot, cfg: GateConfig) -> CheckResult:
@@ -104,48 +95,8 @@ def _deployment_env(snap: Snapshot) -> dict[str, str]:
     return dict(snap.data("preflight").get("env") or {})
 
 
-CHECKS: dict[str, Check] = {
-    "shm_capacity": check_shm_capacity,
-    "shm_leaks": check_shm_leaks,
-    "stale_sockets": check_stale_sockets,
-    "nofile_limit": check_nofile,
-    "pids_limit": check_pids,
-    "ptrace": check_ptrace,
-    "pyspy": check_pyspy,
-    "gpu_health": check_gpu_health,
-    "ports": check_ports,
-    "env": check_env,
-    "rpc_base": check_rpc_base,
-    "url_health": check_url_health,
-    "url_metrics": check_url_metrics,
-    "url_completion": check_url_completion,
-}
-URL_CHECKS = ("url_health", "url_metrics", "url_completion")
-
-
-def check_time(res: CheckResult, evaluated_s: float) -> float:
-    """JUnit's time of a check (issue 26: every one said 0): what it waited for, the request a URL check
-    made (its measured ``duration_s``), plus its own evaluation."""
-    waited = res.numbers.get("duration_s")
-    if not isinstance(waited, (int, float)) or isinstance(waited, bool) or not 0 <= waited < 1e6:
-        waited = 0.0
-    return round(float(waited) + evaluated_s, 6)
-
-
-def evaluate(snap: Snapshot, cfg: GateConfig) -> list[CheckResult]:
-    """Every enabled check over one snapshot; URL checks only when the snapshot holds a --url run."""
-    with_url = bool(snap.options.get("gate_url"))
-    out: list[CheckResult] = []
-    for name, fn in CHECKS.items():
-        if name in cfg.skip or (name in URL_CHECKS and not with_url):
-            continue
-        began = time.perf_counter()
-        try:
-            res = fn(snap, cfg)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            # Snapshots can come from other nodes and versions: malformed data is this check's skip.
-            res = result(name, "skip", f"snapshot data malformed for this check ({type(exc).__name__}: {exc})")
-        res.required = cfg.required(name)
-        res.duration_s = check_time(res, time.perf_counter() - began)
-        out.append(res)
-    return out
+GATE_CHECKS = (
+    GateCheck("shm_capacity", "node", "host", check_shm_capacity),
+    GateCheck("shm_leaks", "node", "host", check_shm_leaks),
+    GateCheck("stale_sockets", "node", "host", check_stale_sockets, advisory=True),
+)
