@@ -228,13 +228,13 @@ def test_an_engine_whose_ranks_all_run_on_other_nodes_is_answered_by_the_sweep()
     from vllmdiag.analysis.across_nodes.analyze_nodes import analyze_fleet
     from vllmdiag.analysis.bisect import analyze
 
-    idle = {"a_ranks": 0, "b_stacks": (REMOTE_IDLE, REMOTE_IDLE), "engine_stack": ENGINE_IDLE}
+    idle: dict[str, Any] = {"a_ranks": 0, "b_stacks": (REMOTE_IDLE, REMOTE_IDLE), "engine_stack": ENGINE_IDLE}
     alone = analyze(synthetic(**idle)[:1])
     assert any(f.code == "process.workers_unseen" for f in alone.findings) and alone.verdict.status != "healthy"
     rep = analyze_fleet(synthetic(**idle))
     assert rep.fleet is not None and [g.nodes for g in rep.fleet.groups] == [["gpu00", "gpu01"]]
     assert not [f for f in rep.findings if f.code in ("process.workers_unseen", "process.engine_elsewhere")]
-    ranks = sorted(p.ranks.get("tp") for d in rep.deployments for p in d.processes if p.role == "worker")
+    ranks = sorted(p.ranks["tp"] for d in rep.deployments for p in d.processes if p.role == "worker")
     assert ranks == [0, 1] and rep.verdict.status == "healthy", rep.verdict.summary
 
 
