@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from vllmdiag.api import analyze_files, triage
+from vllmdiag.api import TriageResult, analyze_files, triage
 
 from fake_tree import fake_tree, wait_state
 
 PROBES = ["processes"]  # the process layer needs nothing else; keeps these tests fast and focused
 
 
-def _triage(pid: int):  # type: ignore[no-untyped-def]
+def _triage(pid: int) -> TriageResult:
     return triage(pids=[pid], probes=PROBES, budget_s=5)
 
 
@@ -109,7 +109,7 @@ def test_missing_rank_is_named() -> None:
         assert "TP2" in v.summary
 
 
-def test_saved_snapshot_reanalyzes_to_the_same_verdict(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_saved_snapshot_reanalyzes_to_the_same_verdict(tmp_path: Path) -> None:
     with fake_tree(tp=2) as t:
         os.kill(t.workers[1], signal.SIGSTOP)
         wait_state(t.workers[1], "T")
@@ -125,7 +125,7 @@ def test_saved_snapshot_reanalyzes_to_the_same_verdict(tmp_path) -> None:  # typ
         assert analyze_files([tmp_path / "snap.json"], [t.api]).report.verdict.to_dict() == live["verdict"]
 
 
-def test_no_deployment_exit_code_3(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_no_deployment_exit_code_3(tmp_path: Path) -> None:
     snap = {"schema_version": 1, "node": "n1", "collected_at": "", "vllmdiag_version": "x", "duration_s": 0.1,
             "probes": {"processes": {"status": "ok", "duration_s": 0.0, "data": {"processes": []}}}}
     f = tmp_path / "s.json"

@@ -94,7 +94,7 @@ def shape(snap: Snapshot, root: int, stacks: bool = True) -> dict[tuple[str, str
         role = role_of(p)
         out.setdefault(("titles", role), []).append(_title(p))
         out.setdefault(("comm", role), []).append(str(p.get("comm")))
-        parent = by_pid.get(p.get("ppid"))  # type: ignore[arg-type]
+        parent = by_pid.get(p.get("ppid"))
         if parent is not None:
             out.setdefault(("tree", "all"), []).append((_title(parent), _title(p)))
     for key in list(out):

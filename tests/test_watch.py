@@ -10,13 +10,14 @@ import time
 import pytest
 
 from vllmdiag.analysis.layers.queue.watch_activity import slot_changes
-from vllmdiag.api import triage
+from vllmdiag.api import TriageResult, triage
+from vllmdiag.model import Finding
 
 sim = pytest.importorskip("vllmdiag_sim.deployment")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="py-spy needs root")
 
 
-def _codes(result, code):  # type: ignore[no-untyped-def]
+def _codes(result: TriageResult, code: str) -> list[Finding]:
     return [f for f in result.report.findings if f.code == code]
 
 
