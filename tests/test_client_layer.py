@@ -68,6 +68,7 @@ def test_client_that_stops_reading_is_named_with_its_pid(server: tuple[subproces
         time.sleep(0.5)  # the stalled client's window closes; the server's send buffer fills
         procs = [api_proc(proc.pid, port)]
         data = collect_http(procs)
+        assert isinstance(data, dict), data
         conns = {c["remote"]: c for c in data["servers"][0]["connections"]}
         stuck = conns[f"127.0.0.1:{stalled_port}"]
         assert min(stuck["send_q"]) >= client.STALL_BYTES and stuck["peer"]["pid"] == stalled.pid

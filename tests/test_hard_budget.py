@@ -112,7 +112,7 @@ def test_healthy_collection_is_the_same_through_the_child() -> None:
 
 
 def _children() -> set[int]:
-    out = set()
+    out: set[int] = set()
     for tid in os.listdir("/proc/self/task"):
         try:
             out.update(int(c) for c in Path(f"/proc/self/task/{tid}/children").read_text().split())
