@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,8 +54,8 @@ def test_unknown_fault_is_one_line_exit_2_naming_the_list(env: dict[str, str]) -
 
 def test_grading_says_missed_when_the_culprit_is_another_rank() -> None:
     inj = Injected("straggler", 3, 42, "VLLM::Worker_TP3", EXPECTED["straggler"], [], 1)
-    verdict = {"status": "blocked", "layer": "gpu",
-               "culprits": [{"role": "worker", "rank": 2, "pid": 41, "title": "VLLM::Worker_TP2"}]}
+    verdict: dict[str, Any] = {"status": "blocked", "layer": "gpu",
+                               "culprits": [{"role": "worker", "rank": 2, "pid": 41, "title": "VLLM::Worker_TP2"}]}
     found, why = grade(verdict, inj)
     assert not found and "TP2" in why
     verdict["culprits"][0].update(rank=3, pid=42, title="VLLM::Worker_TP3")
