@@ -60,7 +60,7 @@ def test_the_simulator_offers_demo_and_sim_by_entry_point() -> None:
 
     eps = {ep.name: ep for ep in entry_points(group=plugins.GROUP)}
     assert {"demo", "sim"} <= set(eps), f"run `python3 -m pip install -e ./sim` again: {sorted(eps)}"
-    assert all(eps[n].dist is not None and eps[n].dist.name == "vllmdiag-sim" for n in ("demo", "sim"))
+    assert all((dist := eps[n].dist) is not None and dist.name == "vllmdiag-sim" for n in ("demo", "sim"))
     assert callable(eps["demo"].load()) and isinstance(eps["sim"].load(), typer.Typer)
 
 
