@@ -12,10 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-from fleet_fixtures import silent_listener
 from vllmdiag.runtime.deadline import CONFIRMING
 from vllmdiag.sweep.fanout import SweepPlan
 from vllmdiag.sweep.transport import Transport
+
+from fleet_fixtures import silent_listener
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = ROOT / "tests" / "data" / "vllm-real" / "snap-a-healthy.json"
