@@ -3,21 +3,19 @@ summary (default) or every layer's view (``-v``), then findings; the fleet pictu
 
 Every section is guarded: odd-typed data from an untrusted snapshot or saved report costs that section
 one line, never the verdict and never an "internal error" exit (issue 15, item 13). Drawing only:
-the pieces live in ``text.py`` and ``<layer>_view.py``; nothing here collects or decides.
+the pieces live in ``text.py`` and ``<name>_view.py`` (``views.py``); nothing here collects or decides.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from vllmdiag.model import Report
-from vllmdiag.render import compact, text
+from vllmdiag.render import compact, text, views
 from vllmdiag.render.fleet_view import render as fleet_section
 from vllmdiag.render.fleet_view import render_fleet
 from vllmdiag.render.safe import sanitize_report
 from vllmdiag.render.text import (
-    VIEWS,
     _seq,
     deployment_tree,
     escape,
@@ -52,11 +50,7 @@ def render_report(report: Report, console: Any = None) -> None:
     if not text.VERBOSE:
         _section(console, "summary", lambda: _render_compact(report, console))
         return
-    for name in VIEWS:
-        try:
-            module = importlib.import_module(f"vllmdiag.render.{name}_view")
-        except ModuleNotFoundError:
-            continue
+    for name, module in views.discover():  # found by folder: render/<name>_view.py
         _section(console, f"{name} view", lambda m=module: m.render(report, console))
     if report.findings:
         _section(console, "findings", lambda: console.print(findings_table(report)))

@@ -1,7 +1,7 @@
 """Rich terminal view of a report: verdict panel first, then deployments, then layer sections.
 
 Layer-specific views live in ``render/<layer>_view.py`` with ``render(report, console)``; they are
-picked up here when present, so each layer owns its own picture. Rendering never collects.
+found by folder (``render/views.py``), so each layer owns its own picture. Rendering never collects.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from vllmdiag.render.safe import clean
 STATUS_STYLE = {"healthy": "bold green", "blocked": "bold red", "degraded": "bold yellow",
                 "no-deployment": "bold blue", "inconclusive": "bold magenta", "starting": "bold cyan"}
 SEVERITY_STYLE = {"critical": "red", "warning": "yellow", "info": "dim"}
-VIEWS = ("process", "handshake", "queue", "gpu", "client", "fleet")
 STATE_STYLE = {"Z": "bold red", "T": "bold red", "t": "bold red", "D": "bold yellow", "R": "green", "S": ""}
 CULPRIT_STYLE = "bold white on red"
 CULPRIT_LINES = 6  # folded lines in the verdict box; the rest are named in one "and N more" line
