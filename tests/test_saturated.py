@@ -33,7 +33,7 @@ def _py(code: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_process_start_counts_the_time_before_the_first_import() -> None:
-    age = float(_py("import time; time.sleep(0.6)\nfrom vllmdiag.runtime.deadline import process_start\n"
+    age = float(_py("import time; time.sleep(0.6)\nfrom vllmdiag.runtime.lastword import process_start\n"
                     "print(time.monotonic() - process_start())"))
     assert age >= 0.55
 

@@ -147,7 +147,7 @@ def _collect_passthrough(**given: Any) -> int:
 def triage_command(**given: Any) -> int:
     """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
     from vllmdiag.api import RENDER_S, triage
-    from vllmdiag.runtime import deadline
+    from vllmdiag.runtime import deadline, lastword
 
     o = with_defaults(TRIAGE, given)  # the options as declared in cli/options.py (typer passes them all)
     budget, confirm, native, nonblocking = o["budget"], o["confirm"], o["native"], o["nonblocking"]
@@ -157,7 +157,7 @@ def triage_command(**given: Any) -> int:
                          "the resident watcher is `vllmdiag watch`)\n")
         watch = watch or o["watch"]
     report, json_out = o["report"], o["json_out"]
-    origin = deadline.process_start()  # the budget is the whole command's: interpreter start included
+    origin = lastword.process_start()  # the budget is the whole command's: interpreter start included
 
     if not 0.2 <= budget <= 600:
         raise BadInput("--budget must be between 0.2 and 600 seconds")

@@ -39,7 +39,7 @@ def _say_confirming(until: float) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from vllmdiag.runtime.deadline import process_start
+    from vllmdiag.runtime.lastword import process_start
     from vllmdiag.runtime.priority import boost
 
     origin = process_start()  # the budget is the whole command's: interpreter start included

@@ -68,7 +68,7 @@ def _gate(config: Path | None, tp: int | None, url: str | None, junit: Path | No
     cfg = load_config(config).with_tp(tp)
     from vllmdiag.gate.run import gate_budget, run_gate, validate_url
     from vllmdiag.runtime import lastword
-    from vllmdiag.runtime.deadline import process_start
+    from vllmdiag.runtime.lastword import process_start
     from vllmdiag.runtime.priority import realtime
 
     url = validate_url(url)

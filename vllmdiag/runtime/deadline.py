@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from vllmdiag.runtime import lastword
-from vllmdiag.runtime.lastword import process_start  # noqa: F401 - the command's origin, for the CLI
 
 AFTER_S = 0.5  # what the collector leaves for analysis and rendering before the budget ends
 # What ``collect --confirm`` writes on stderr when its confirm window opens: a sweep gives only a node that
