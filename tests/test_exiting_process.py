@@ -15,12 +15,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from vllmdiag.api import collect
-from vllmdiag.probes._procfs import parse_stat
+from vllmdiag.probes._procfs import read_stat
 from vllmdiag.probes.processes import PF_EXITING
 
 CHILD = """
@@ -54,8 +53,8 @@ def engine_with_exiting_worker() -> Iterator[tuple[int, int]]:
 
 
 def _flags(pid: int) -> int:
-    stat = parse_stat(Path(f"/proc/{pid}/stat").read_text())
-    return int(stat["flags"]) if stat else 0
+    stat = read_stat(f"/proc/{pid}")
+    return stat.flags if stat else 0
 
 
 def test_a_process_being_torn_down_is_marked_exiting(engine_with_exiting_worker: tuple[int, int]) -> None:

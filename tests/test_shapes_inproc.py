@@ -27,6 +27,7 @@ from vllmdiag.analysis.bisect import analyze
 from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probes import _inproc
+from vllmdiag.probes._procfs import Stat
 
 SITE = "/usr/local/lib/python3.12/dist-packages"
 T0 = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -95,7 +96,7 @@ def test_only_python_interpreters_are_candidates() -> None:
 
 def test_candidates_are_unselected_pythons_big_enough_to_hold_torch() -> None:
     def row(argv: list[str], vsize: int, rss: int = 0) -> dict[str, Any]:
-        return {"argv": argv, "stat": {"vsize_bytes": vsize, "rss_pages": rss}}
+        return {"argv": argv, "stat": Stat(vsize_bytes=vsize, rss_pages=rss)}
 
     table = {1: row(["python3", "run.py"], 3 << 30, 100), 2: row(["python3", "tool.py"], 30 << 20),
              3: row(["bash"], 5 << 30), 4: row(["/usr/bin/python3.12"], 1 << 30, 900), 5: row(["python3"], 9 << 30)}

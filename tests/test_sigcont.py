@@ -56,6 +56,11 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def _stat_line(pid: int, state: str) -> str:
+    """A whole stat line as the kernel writes it (52 fields): the one parser reads no shorter one."""
+    return f"{pid} (python) {state} 1 1 1 0 -1 0" + " 0" * 43 + "\n"
+
+
 def _wait_state(pid: int, want: str) -> None:
     end = time.monotonic() + 5
     while _state(pid) != want and time.monotonic() < end:
@@ -97,13 +102,13 @@ def test_a_target_still_on_its_way_into_our_stop_is_resumed_all_the_same(tmp_pat
     try:
         fake = tmp_path / "proc" / str(sleeper.pid)
         fake.mkdir(parents=True)
-        (fake / "stat").write_text(f"{sleeper.pid} (python) R 1 1 1 0 -1 0\n")
+        (fake / "stat").write_text(_stat_line(sleeper.pid, "R"))
         (fake / "status").write_text("Name:\tpython\nTracerPid:\t0\n")
         assert _ptrace.resume_stopped([sleeper.pid], tmp_path / "proc", wait_s=0.05) == [sleeper.pid]
-        (fake / "stat").write_text(f"{sleeper.pid} (python) S 1 1 1 0 -1 0\n")  # settled, not stopped: nothing
+        (fake / "stat").write_text(_stat_line(sleeper.pid, "S"))  # settled, not stopped: nothing
         assert _ptrace.resume_stopped([sleeper.pid], tmp_path / "proc", wait_s=0.05) == []
         (fake / "status").write_text("Name:\tpython\nTracerPid:\t4242\n")  # still traced: never while a tracer holds it
-        (fake / "stat").write_text(f"{sleeper.pid} (python) t 1 1 1 0 -1 0\n")
+        (fake / "stat").write_text(_stat_line(sleeper.pid, "t"))
         assert _ptrace.resume_stopped([sleeper.pid], tmp_path / "proc", wait_s=0.05) == []
     finally:
         sleeper.kill()

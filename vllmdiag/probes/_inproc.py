@@ -110,8 +110,8 @@ def candidates(table: dict[int, dict[str, Any]], skip: set[int]) -> list[int]:
     """Python processes not selected otherwise, largest first (vLLM's kernels, torch and CUDA weigh
     hundreds of MB; a small helper script is the least likely engine)."""
     pids = [pid for pid, row in table.items() if pid not in skip and is_python(row.get("argv") or [])
-            and int(row["stat"].get("vsize_bytes") or MIN_VSIZE_BYTES) >= MIN_VSIZE_BYTES]
-    pids.sort(key=lambda pid: (-int(table[pid]["stat"].get("rss_pages") or 0), pid))
+            and (row["stat"].vsize_bytes or MIN_VSIZE_BYTES) >= MIN_VSIZE_BYTES]
+    pids.sort(key=lambda pid: (-table[pid]["stat"].rss_pages, pid))
     return pids[:MAX_CANDIDATES]
 
 

@@ -14,9 +14,11 @@ import os
 from pathlib import Path
 
 from vllmdiag.redact import REDACTED, redact_argv, redact_env
+from vllmdiag.runtime.procstat import STAT, Stat, parse_stat, read_stat
 
-# Redaction lives in vllmdiag/redact.py (shared with the fleet); re-exported for the probes.
-__all__ = ["REDACTED", "redact_argv", "redact_env"]
+# Redaction lives in vllmdiag/redact.py (shared with the fleet), the stat parser in runtime/procstat.py
+# (dependency-free: the last word reads it before the CLI loads); both re-exported for the probes.
+__all__ = ["REDACTED", "Stat", "parse_stat", "read_stat", "redact_argv", "redact_env"]
 
 
 class ProcMiss:
@@ -50,13 +52,18 @@ def _zombie(path: Path) -> bool:
     """Whether ``path`` lies under /proc/<pid>/ of a zombie (its stat says Z)."""
     for parent in Path(path).parents:
         if parent.name.isdigit():
-            try:
-                with open(parent / "stat", "rb") as fh:
-                    stat = fh.read(4096).decode("utf-8", "replace")
-            except OSError:
-                return False
-            return stat[stat.rfind(")") + 2:][:1] == "Z"
+            stat = read_stat(parent)
+            return stat is not None and stat.state == "Z"
     return False
+
+
+def read_stat_checked(pid_dir: Path) -> Stat | ProcMiss:
+    """``read_stat`` for callers that must tell a hidden process (DENIED: /proc mounted hidepid) from
+    one that is gone; a line that does not parse is GONE (a process caught mid-exit)."""
+    text = read_proc(pid_dir / STAT)
+    if isinstance(text, ProcMiss):
+        return text
+    return parse_stat(text) or GONE
 
 
 def read_text(path: Path, limit: int = 1 << 20) -> str | None:
@@ -79,26 +86,13 @@ def read_cmdline(proc_pid: Path) -> list[str] | None:
     return parts
 
 
-def parse_stat(text: str) -> dict[str, int | str] | None:
-    """Fields of /proc/<pid>/stat we need. comm may hold spaces and parens: split at the last ')'."""
-    end = text.rfind(")")
-    if end < 0:
-        return None
-    rest = text[end + 2:].split()
-    if len(rest) < 22:
-        return None
-    return {
-        "state": rest[0],
-        "ppid": int(rest[1]),
-        "pgid": int(rest[2]),
-        "flags": int(rest[6]),
-        "utime_ticks": int(rest[11]),
-        "stime_ticks": int(rest[12]),
-        "num_threads": int(rest[17]),
-        "starttime_ticks": int(rest[19]),
-        "vsize_bytes": int(rest[20]),
-        "rss_pages": int(rest[21]),
-    }
+def boot_time(proc_root: Path) -> float:
+    """The system's boot time (``btime`` of /proc/stat, the system's file, not a process's: readable by
+    anyone, so a miss means no /proc at all: 0)."""
+    for line in (read_text(proc_root / STAT) or "").splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def list_pids(proc_root: Path) -> list[int]:

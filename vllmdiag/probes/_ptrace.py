@@ -15,9 +15,9 @@ import signal
 import time
 from pathlib import Path
 
-from vllmdiag.probes._procfs import read_text
+from vllmdiag.probes._procfs import read_stat, read_text
 
-PROC = Path("/proc")
+PROC = Path("/proc")  # only for killtree (our own children, always the real /proc): a probe passes ctx.proc_root
 SETTLE_S = 1.0  # a loaded node may take this long to schedule a woken task
 
 
@@ -42,22 +42,18 @@ def traced_by(pid: int, tracer_pid: int, proc_root: Path = PROC) -> bool:
         return True
     try:
         status = (proc_root / str(tid) / "status").read_bytes()
-        stat = (proc_root / str(tid) / "stat").read_bytes()
     except OSError:
         return False
+    stat = read_stat(proc_root / str(tid))
+    if stat is None:
+        return False
     tgid = next((int(line.split()[1]) for line in status.splitlines() if line.startswith(b"Tgid:")), 0)
-    rest = stat[stat.rfind(b")") + 2:].split()
-    pgid = int(rest[2]) if len(rest) > 2 else 0
-    return tracer_pid in (tgid, pgid)
+    return tracer_pid in (tgid, stat.pgid)
 
 
 def state(pid: int, proc_root: Path = PROC) -> str | None:
-    try:
-        stat = (proc_root / str(pid) / "stat").read_bytes()
-    except OSError:
-        return None
-    rest = stat[stat.rfind(b")") + 2:].split()
-    return rest[0].decode() if rest else None
+    stat = read_stat(proc_root / str(pid))
+    return stat.state if stat else None
 
 
 def resume_stopped(pids: list[int], proc_root: Path = PROC, wait_s: float = SETTLE_S) -> list[int]:

@@ -8,6 +8,7 @@ import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from vllmdiag.context import Context
@@ -54,7 +55,7 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     dirs = rpc_dirs(ctx, procs, self_ns["mnt"])
     stale, stale_total = stale_files(dirs, live)
     stopped = frozenset(p["pid"] for p in procs if p.get("state") in ("T", "t", "D", "Z", "X"))
-    zmtp = check_all(ctx, zmtp_targets(procs, ipc, listen, self_ns), stopped)
+    zmtp = check_all(ctx, zmtp_targets(procs, ipc, listen, self_ns, ctx.proc_root), stopped)
     # Listeners, binders and accepted counts all come from fds: pids whose fds were unreadable are
     # unknown here, and analysis must not read their absence as "endpoint gone" (issue 15, item 4).
     blind = sorted(pids & set(socks.get("unreadable_pids") or []))
@@ -153,7 +154,7 @@ def stale_files(dirs: list[str], live: set[str]) -> tuple[list[dict[str, Any]], 
 
 
 def zmtp_targets(procs: list[dict[str, Any]], ipc: list[dict[str, Any]], listen: list[dict[str, Any]],
-                 self_ns: dict[str, str | None]) -> list[tuple[str, str, list[int], str]]:
+                 self_ns: dict[str, str | None], proc_root: Path) -> list[tuple[str, str, list[int], str]]:
     """(endpoint to dial, fs_root, binder pids, listener endpoint) for every listener reachable from here."""
     by_pid = {p["pid"]: p for p in procs}
     api_pids = {p["pid"] for p in procs if p.get("role") in API_ROLES}
@@ -163,8 +164,9 @@ def zmtp_targets(procs: list[dict[str, Any]], ipc: list[dict[str, Any]], listen:
     for ep in ipc:
         owner = by_pid.get(ep["binders"][0], {})
         mnt = owner.get("ns", {}).get("mnt")
-        # A socket file in another mount namespace is reachable through /proc/<pid>/root.
-        root = "" if mnt in (None, self_ns["mnt"]) or ep["path"].startswith("\0") else f"/proc/{owner.get('pid')}/root"
+        # A socket file in another mount namespace is reachable through /proc/<pid>/root (ctx's /proc).
+        other = mnt not in (None, self_ns["mnt"]) and not ep["path"].startswith("\0")
+        root = str(proc_root / str(owner.get("pid")) / "root") if other else ""
         out.append((ep["endpoint"], root, ep["binders"], ep["endpoint"]))
     for t in listen:
         if t.get("netns") not in (None, "?", self_ns["net"]):

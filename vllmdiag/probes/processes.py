@@ -21,11 +21,14 @@ from vllmdiag.probes._access import blind_reason
 from vllmdiag.probes._procfs import (
     DENIED,
     ProcMiss,
+    Stat,
+    boot_time,
     list_pids,
     parse_environ,
-    parse_stat,
     read_cmdline,
     read_proc,
+    read_stat,
+    read_stat_checked,
     read_text,
     redact_argv,
 )
@@ -52,16 +55,15 @@ PARENT_OF = {"engine_core", "worker", "dp_coordinator", "vllm_other"}  # seeds w
 def collect(ctx: Context) -> dict[str, Any] | Partial:
     ticks = os.sysconf("SC_CLK_TCK")
     page = os.sysconf("SC_PAGE_SIZE")
-    btime = _boot_time(ctx.proc_root)
+    btime = boot_time(ctx.proc_root)
     table: dict[int, dict[str, Any]] = {}
     hidden: list[int] = []  # listed but not ours to read (/proc mounted hidepid=1): a vLLM may hide there
     for pid in list_pids(ctx.proc_root):
         base = ctx.proc(pid)
-        stat_text = read_proc(base / "stat")
-        if stat_text is DENIED:
+        stat = read_stat_checked(base)
+        if stat is DENIED:
             hidden.append(pid)
-        stat = parse_stat(stat_text) if isinstance(stat_text, str) and stat_text else None
-        if stat is None:
+        if not isinstance(stat, Stat):
             continue  # vanished, or denied (listed above)
         argv = read_cmdline(base) or []
         table[pid] = {"pid": pid, "argv": argv, "stat": stat}  # comm: read for the chosen few only
@@ -117,7 +119,7 @@ def _select(table: dict[int, dict[str, Any]], prefix: str) -> set[int]:
     """vLLM seeds plus all their descendants (zombies have no cmdline; only the tree finds them)."""
     children: dict[int, list[int]] = {}
     for pid, row in table.items():
-        children.setdefault(int(row["stat"]["ppid"]), []).append(pid)
+        children.setdefault(row["stat"].ppid, []).append(pid)
     seeds = set()
     for pid, row in table.items():
         info = parse_cmdline(row["argv"], prefix)
@@ -167,7 +169,7 @@ def _parents(table: dict[int, dict[str, Any]], chosen: set[int]) -> set[int]:
     out = set()
     for pid in chosen:
         row = table[pid]
-        ppid = int(row["stat"]["ppid"])
+        ppid = row["stat"].ppid
         if row["info"].role in PARENT_OF and ppid not in chosen and ppid in table:
             out.add(ppid)
     return out
@@ -177,26 +179,14 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
               ) -> dict[str, Any] | None:
     pid = row["pid"]
     base = ctx.proc(pid)
-    stat = row["stat"]
+    stat: Stat = row["stat"]
     info = row["info"]
-    start_s = int(stat["starttime_ticks"]) / ticks
-    # options["cheap"]: the watcher's pass every few seconds needs states, CPU times and the tree;
-    # per-thread, fd, limit and environment reads (all but a deployment root's) are for triage.
-    cheap = bool(ctx.options.get("cheap"))
-    threads = [] if cheap else _threads(base / "task")
-    status = None if cheap else read_proc(base / "status")
-    environ = read_proc(base / "environ") if not cheap or info.role in CHEAP_ENV_ROLES else None
-    limits = None if cheap else read_proc(base / "limits")
-    fds = None if cheap else _count(base / "fd")
+    threads, status, environ, limits, fds, denied = _reads(ctx, base, info.role)
     argv = redact_argv(row["argv"])
-    # A denied read is a blind spot, not an empty answer: each says which (gone and zombie need no word).
-    denied = {f"{key}_unreadable": "denied" for key, got in
-              (("environ", environ), ("fds", fds), ("status", status), ("limits", limits)) if got is DENIED}
-    status, limits = (t if isinstance(t, str) else None for t in (status, limits))
     return {
         "pid": pid,
-        "ppid": stat["ppid"],
-        "pgid": stat["pgid"],
+        "ppid": stat.ppid,
+        "pgid": stat.pgid,
         "title": " ".join(argv)[:512],
         "cmdline": argv[:64],
         # comm and wchan only name things: comm is world-readable (what hides it hides stat too, above), and
@@ -207,20 +197,16 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
         "ranks": info.ranks,
         "titled": info.titled,
         "executor": info.executor,
-        "state": stat["state"],
+        "state": stat.state,
         # PF_EXITING: the kernel is tearing the process down (SIGKILLed or crashed). A big one (GBs
         # mapped) takes a while, state still R or D, its cmdline already gone (seen: a killed TP1 worker
         # read as an untitled "VLLM::Worker_TP" for ~0.3 s, taken for a worker still starting).
-        "exiting": bool(int(stat.get("flags") or 0) & PF_EXITING),
+        "exiting": bool(stat.flags & PF_EXITING),
         "wchan": (read_text(base / "wchan") or "").strip() or None,
         "threads": threads,
-        "num_threads": stat["num_threads"],
+        "num_threads": stat.num_threads,
         "zmq_contexts": sum(1 for t in threads if t["name"] == "ZMQbg/Reaper"),
-        "cpu_user_s": round(int(stat["utime_ticks"]) / ticks, 2),
-        "cpu_system_s": round(int(stat["stime_ticks"]) / ticks, 2),
-        "rss_bytes": int(stat["rss_pages"]) * page,
-        "start_time": round(btime + start_s, 2),
-        "age_s": round(max(0.0, uptime - start_s), 2),
+        **_clock(stat, ticks, page, btime, uptime),
         "num_fds": fds if isinstance(fds, int) else None,
         "rlimit_nofile": _limit(limits, "Max open files"),
         "rlimit_nproc": _limit(limits, "Max processes"),
@@ -237,6 +223,38 @@ def _describe(ctx: Context, row: dict[str, Any], ticks: int, page: int, btime: f
     }
 
 
+Reads = tuple[list[dict[str, Any]], str | None, str | ProcMiss | None, str | None, int | ProcMiss | None, dict[str, str]]
+
+
+def _reads(ctx: Context, base: Path, role: str | None) -> Reads:
+    """(threads, status, environ, limits, fds, denied markers) of one process: what a pass may skip."""
+    # options["cheap"]: the watcher's pass every few seconds needs states, CPU times and the tree;
+    # per-thread, fd, limit and environment reads (all but a deployment root's) are for triage.
+    cheap = bool(ctx.options.get("cheap"))
+    threads = [] if cheap else _threads(base / "task")
+    status = None if cheap else read_proc(base / "status")
+    environ = read_proc(base / "environ") if not cheap or role in CHEAP_ENV_ROLES else None
+    limits = None if cheap else read_proc(base / "limits")
+    fds = None if cheap else _count(base / "fd")
+    # A denied read is a blind spot, not an empty answer: each says which (gone and zombie need no word).
+    denied = {f"{key}_unreadable": "denied" for key, got in
+              (("environ", environ), ("fds", fds), ("status", status), ("limits", limits)) if got is DENIED}
+    status_text, limits_text = (t if isinstance(t, str) else None for t in (status, limits))
+    return threads, status_text, environ, limits_text, fds, denied
+
+
+def _clock(stat: Stat, ticks: int, page: int, btime: float, uptime: float) -> dict[str, Any]:
+    """CPU times, resident size, start and age of one process, from its stat (ticks and pages)."""
+    start_s = stat.starttime_ticks / ticks
+    return {
+        "cpu_user_s": round(stat.utime_ticks / ticks, 2),
+        "cpu_system_s": round(stat.stime_ticks / ticks, 2),
+        "rss_bytes": stat.rss_pages * page,
+        "start_time": round(btime + start_s, 2),
+        "age_s": round(max(0.0, uptime - start_s), 2),
+    }
+
+
 def _threads(task_dir: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     try:
@@ -245,11 +263,10 @@ def _threads(task_dir: Path) -> list[dict[str, Any]]:
         return out
     for tid in tids[:256]:  # task/ is world-readable: a miss here is a thread that just ended
         name = read_text(task_dir / str(tid) / "comm")
-        stat_text = read_text(task_dir / str(tid) / "stat")
-        stat = parse_stat(stat_text) if stat_text else None
+        stat = read_stat(task_dir / str(tid))
         if name is None:
             continue
-        out.append({"tid": tid, "name": name.strip(), "state": stat["state"] if stat else None})
+        out.append({"tid": tid, "name": name.strip(), "state": stat.state if stat else None})
     return out
 
 
@@ -287,15 +304,7 @@ def _uid(status: str | None) -> int | None:
 
 
 
-
-# /proc/stat and /proc/uptime are the system's, readable by anyone: a miss means no /proc at all.
-def _boot_time(proc_root: Path) -> float:
-    for line in (read_text(proc_root / "stat") or "").splitlines():
-        if line.startswith("btime "):
-            return float(line.split()[1])
-    return 0.0
-
-
+# /proc/uptime is the system's, readable by anyone: a miss means no /proc at all.
 def _uptime(proc_root: Path) -> float:
     text = read_text(proc_root / "uptime") or "0"
     return float(text.split()[0])

@@ -21,7 +21,7 @@ from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.probe import Partial, ProbeSpec, Skip
-from vllmdiag.probes._procfs import parse_stat, read_text  # sysctl, our status, a stat anyone may read: a miss is nothing
+from vllmdiag.probes._procfs import read_stat, read_text  # sysctl, our status, a stat anyone may read: a miss is nothing
 from vllmdiag.probes._ptrace import resume_stopped, traced_by
 from vllmdiag.probes._pyspy_text import parse_tree_dump
 
@@ -123,14 +123,13 @@ def dump_trees(ctx: Context, exe: str, targets: list[dict[str, Any]], mode: str,
 
 def own_ancestors(ctx: Context) -> set[int]:
     """This process and its ancestors, as ctx's /proc numbers them (a bounded walk up the ppids)."""
-    text = read_text(ctx.proc("self", "stat")) or ""
-    pid = int(text.split(" ", 1)[0]) if text[:1].isdigit() else 0
+    stat = read_stat(ctx.proc("self"))
+    pid = stat.pid if stat else 0
     out: set[int] = set()
     while pid > 1 and pid not in out and len(out) < 64:
         out.add(pid)
-        stat = parse_stat(text)
-        pid = int(stat["ppid"]) if stat else 0
-        text = read_text(ctx.proc(pid, "stat")) or "" if pid > 1 else ""
+        pid = stat.ppid if stat else 0
+        stat = read_stat(ctx.proc(pid)) if pid > 1 else None
     return out
 
 
@@ -228,8 +227,8 @@ def _has_cap_ptrace(status: str | None) -> bool:
 
 
 def proc_state(ctx: Context, pid: int) -> str | None:
-    stat = parse_stat(read_text(ctx.proc(pid, "stat")) or "")
-    return str(stat["state"]) if stat else None
+    stat = read_stat(ctx.proc(pid))
+    return stat.state if stat else None
 
 
 def dump_one(ctx: Context, exe: str, pid: int, mode: str, end: float | None = None) -> dict[str, Any]:

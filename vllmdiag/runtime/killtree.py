@@ -4,6 +4,9 @@ A py-spy killed in the middle of a dump leaves its target stopped (the ptrace at
 the kernel's detach at the tracer's death does not resume it). We resume exactly those: targets whose
 tracer was one of the processes we kill, and that are stopped afterwards (DESIGN principle 1; issue 15
 item 6). Everything else keeps its state, an operator's SIGSTOP included.
+
+It reads the machine's /proc (``_ptrace.PROC``), never a ``ctx.proc_root``: what it ends are this
+process's own children, and a test's fake tree must never choose what gets killed.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import os
 import signal
 import time
 
-from vllmdiag.probes._ptrace import resume_stopped, tracer_tid
+from vllmdiag.probes._ptrace import PROC, resume_stopped, tracer_tid
+from vllmdiag.runtime.procstat import Stat, read_stat
 
 WAIT_S = 0.5  # for killed tracers to exit (their ptrace detach happens in exit)
 
@@ -47,17 +51,17 @@ def end_processes(members: dict[int, int]) -> None:
             pass
     if traced:
         _wait_exited(list(members))
-        resume_stopped(sorted(traced))
+        resume_stopped(sorted(traced), PROC)
 
 
 def _session(sid: int) -> dict[int, int]:
     """pid -> pgid of every process whose session is ``sid`` (our child is unreaped: its id is not reused)."""
     out: dict[int, int] = {}
-    for name in os.listdir("/proc"):
+    for name in os.listdir(PROC):
         if name.isdigit():
-            fields = _stat_fields(int(name))
-            if fields and int(fields[3]) == sid:
-                out[int(name)] = int(fields[2])
+            stat = _stat(int(name))
+            if stat and stat.session == sid:
+                out[int(name)] = stat.pgid
     return out
 
 
@@ -65,18 +69,18 @@ def own_children() -> dict[int, int]:
     """pid -> pgid of the children of this process, from every thread (probe threads start them)."""
     out: dict[int, int] = {}
     try:
-        tids = os.listdir("/proc/self/task")
+        tids = os.listdir(PROC / "self" / "task")
     except OSError:
         return out
     for tid in tids:
         try:
-            kids = open(f"/proc/self/task/{tid}/children").read().split()  # noqa: SIM115
+            kids = (PROC / "self" / "task" / tid / "children").read_text().split()
         except OSError:
             continue
         for kid in kids:
-            fields = _stat_fields(int(kid))
-            if fields:
-                out[int(kid)] = int(fields[2])
+            stat = _stat(int(kid))
+            if stat:
+                out[int(kid)] = stat.pgid
     return out
 
 
@@ -85,21 +89,15 @@ def _traced_by(members: dict[int, int]) -> list[int]:
     tids: set[int] = set()
     for pid in members:
         try:
-            tids.update(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+            tids.update(int(t) for t in os.listdir(PROC / str(pid) / "task"))
         except OSError:
             continue
-    return [int(name) for name in os.listdir("/proc")
-            if name.isdigit() and int(name) not in members and tracer_tid(int(name)) in tids]
+    return [int(name) for name in os.listdir(PROC)
+            if name.isdigit() and int(name) not in members and tracer_tid(int(name), PROC) in tids]
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    rest = text[text.rfind(")") + 2:].split()
-    return rest if len(rest) > 4 else None
+def _stat(pid: int) -> Stat | None:
+    return read_stat(PROC / str(pid))
 
 
 def _wait_exited(pids: list[int]) -> None:
@@ -107,7 +105,7 @@ def _wait_exited(pids: list[int]) -> None:
     deadline = time.monotonic() + WAIT_S
     for pid in pids:
         while time.monotonic() < deadline:
-            fields = _stat_fields(pid)
-            if fields is None or fields[0] in ("Z", "X"):
+            stat = _stat(pid)
+            if stat is None or stat.state in ("Z", "X"):
                 break
             time.sleep(0.005)

@@ -53,14 +53,18 @@ EXIT_GATE_FAIL = 1  # gate/result.EXIT_FAIL: a gate that could not finish its ch
 
 def process_start() -> float:
     """This process's start on the ``time.monotonic`` clock (from /proc/self/stat's start time, in
-    clock ticks since boot); now when it cannot be read."""
+    clock ticks since boot); now when it cannot be read. The command's origin: its budget counts from
+    here, the interpreter's own start included (the one name for it: callers import it from here)."""
+    # Imported here, not above: arm() calls this after the priority boost, so the parser loads after it.
+    from vllmdiag.runtime.procstat import read_stat
+
     now = time.monotonic()
+    stat = read_stat("/proc/self")
     try:
-        with open("/proc/self/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22; after the comm: index 19
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - started
-    except (OSError, ValueError, IndexError, AttributeError):
+        if stat is None:
+            return now
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - stat.starttime_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
         return now
     return now - max(0.0, min(age, 3600.0))
 
