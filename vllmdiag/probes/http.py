@@ -63,20 +63,36 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     # (no /health, no client queues): the rest is for the triage a stall opens.
     cheap = bool(ctx.options.get("cheap"))
     out: dict[str, Any] = {"api_servers": [] if cheap else [_api_info(ctx, p, socks) for p in api], "servers": servers}
-    # A stopped API server (SIGSTOP, a debugger) cannot answer: asking would only wait out each GET's
-    # deadline (2 s for /metrics, 2 s for /health: a 5 s triage on a real server). The processes probe
-    # saw it stopped; the server says it was not asked, and why.
-    stopped = {p["pid"] for p in api if p.get("state") in ("T", "t")}
-    for s in servers:
-        if set(s["pids"]) <= stopped:
-            s["not_asked"] = (f"the API server (pid {', '.join(map(str, s['pids']))}) is stopped (state T): "
-                              "no HTTP request can be answered")
+    _mark_stopped(servers, api)
     gets = [s for s in servers if s["same_netns"] and "not_asked" not in s]
     for s in [] if cheap else [s for s in servers if not s["same_netns"] and "not_asked" not in s]:
         # A container's API server: the same read-only GETs from inside its network namespace.
         s["netns_pid"] = s["pids"][0]
         s["health"], first = netns_get(ctx, s, ["/health", "/metrics"], min(2.0, max(0.2, ctx.remaining() / 4)))
         s["metrics"] = [_as_metrics(first, start)] if first else []
+    t0 = _two_samples(ctx, servers, gets, cheap, start)
+    out["sample_gap_s"] = round(time.monotonic() - t0, 3)
+    for s in servers:
+        s["connections"] = list(s["connections"].values())
+        if not cheap:
+            _find_peers(ctx, s)
+    return _with_blind_spots(out, api, servers, socks)
+
+
+def _mark_stopped(servers: list[dict[str, Any]], api: list[dict[str, Any]]) -> None:
+    """A stopped API server (SIGSTOP, a debugger) cannot answer: asking would only wait out each GET's
+    deadline (2 s for /metrics, 2 s for /health: a 5 s triage on a real server). The processes probe
+    saw it stopped; the server says it was not asked, and why."""
+    stopped = {p["pid"] for p in api if p.get("state") in ("T", "t")}
+    for s in servers:
+        if set(s["pids"]) <= stopped:
+            s["not_asked"] = (f"the API server (pid {', '.join(map(str, s['pids']))}) is stopped (state T): "
+                              "no HTTP request can be answered")
+
+
+def _two_samples(ctx: Context, servers: list[dict[str, Any]], gets: list[dict[str, Any]], cheap: bool,
+                 start: float) -> float:
+    """/metrics and the client queues twice, /health and the probe request between: the window's start."""
     step = min(2.0, max(0.2, ctx.remaining() / 4))
     # The counters first: the window between the two /metrics samples counts from the moment the last
     # server's first one was asked for, and /health and the client queues are read inside it, not before.
@@ -105,11 +121,12 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
         _, again = netns_get(ctx, s, ["/metrics"], min(1.0, max(0.2, ctx.remaining() - 0.3)))
         if again:
             s["metrics"].append(_as_metrics(again, start))
-    out["sample_gap_s"] = round(time.monotonic() - t0, 3)
-    for s in servers:
-        s["connections"] = list(s["connections"].values())
-        if not cheap:
-            _find_peers(ctx, s)
+    return t0
+
+
+def _with_blind_spots(out: dict[str, Any], api: list[dict[str, Any]], servers: list[dict[str, Any]],
+                      socks: dict[str, Any]) -> dict[str, Any] | Partial:
+    """The probe's answer, Partial with why where the HTTP side was not wholly seen."""
     # Listeners and client connections come from the API server's fds: unreadable fds mean the
     # HTTP side was not seen, which is not "no listener" (issue 15, item 4).
     blind = sorted({p["pid"] for p in api} & set(socks.get("unreadable_pids") or []))

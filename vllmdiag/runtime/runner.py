@@ -98,20 +98,7 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
     while True:
         now = time.monotonic()
         with lock:
-            for name, probe in chosen.items():
-                if done[name].is_set() or name not in started:
-                    continue
-                limit = started[name] + probe.spec.timeout_s * ctx.stretch + (watch_s if probe.spec.sampler else 0.0)
-                if now >= limit or now >= ctx.deadline:
-                    allowed = min(limit - started[name], ctx.deadline - started[name])
-                    ctx.record(name, ProbeResult("timeout", round(now - started[name], 4),
-                                                 f"no answer within {allowed:.1f} s"))
-                    done[name].set()
-            if now >= ctx.deadline:
-                for name in chosen:
-                    if not done[name].is_set():  # never started: its requirement hung
-                        ctx.record(name, ProbeResult("timeout", 0.0, "total budget spent before it could start"))
-                        done[name].set()
+            _time_out(ctx, chosen, done, started, watch_s, now)
         if all(done[n].is_set() for n in non_samplers) and now >= watch_until:
             ctx.mark_others_done()
         if all(e.is_set() for e in done.values()):
@@ -120,6 +107,26 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
     if time.monotonic() >= ctx.deadline:
         ctx.cancel()
     return {name: ctx.result(name) or ProbeResult("error", 0.0, "no result") for name in chosen}
+
+
+def _time_out(ctx: Context, chosen: dict[str, Probe], done: dict[str, threading.Event], started: dict[str, float],
+              watch_s: float, now: float) -> None:
+    """One watchdog tick (under the runner's lock): a timeout for each probe past its own limit or the
+    total budget, and for each one never started when the budget is spent."""
+    for name, probe in chosen.items():
+        if done[name].is_set() or name not in started:
+            continue
+        limit = started[name] + probe.spec.timeout_s * ctx.stretch + (watch_s if probe.spec.sampler else 0.0)
+        if now >= limit or now >= ctx.deadline:
+            allowed = min(limit - started[name], ctx.deadline - started[name])
+            ctx.record(name, ProbeResult("timeout", round(now - started[name], 4),
+                                         f"no answer within {allowed:.1f} s"))
+            done[name].set()
+    if now >= ctx.deadline:
+        for name in chosen:
+            if not done[name].is_set():  # never started: its requirement hung
+                ctx.record(name, ProbeResult("timeout", 0.0, "total budget spent before it could start"))
+                done[name].set()
 
 
 def _run_one(ctx: Context, probe: Probe) -> ProbeResult:
