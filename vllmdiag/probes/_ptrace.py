@@ -17,11 +17,12 @@ from pathlib import Path
 
 from vllmdiag.probes._procfs import read_stat, read_text
 
-PROC = Path("/proc")  # only for killtree (our own children, always the real /proc): a probe passes ctx.proc_root
+PROC = Path("/proc")  # the machine's, for killtree (our own children); a probe passes ctx.proc_root. No default:
+# every caller says which /proc it means, so none reads the machine's by forgetting to pass its own.
 SETTLE_S = 1.0  # a loaded node may take this long to schedule a woken task
 
 
-def tracer_tid(pid: int, proc_root: Path = PROC) -> int:
+def tracer_tid(pid: int, proc_root: Path) -> int:
     """The thread id that ptrace-attached ``pid`` (its ``TracerPid``), 0 when none or unreadable."""
     # status is world-readable: a miss is a pid that is gone, traced by nobody.
     for line in (read_text(proc_root / str(pid) / "status") or "").splitlines():
@@ -33,7 +34,7 @@ def tracer_tid(pid: int, proc_root: Path = PROC) -> int:
     return 0
 
 
-def traced_by(pid: int, tracer_pid: int, proc_root: Path = PROC) -> bool:
+def traced_by(pid: int, tracer_pid: int, proc_root: Path) -> bool:
     """True when a thread of process ``tracer_pid`` (or of its process group) is tracing ``pid``."""
     tid = tracer_tid(pid, proc_root)
     if tid == 0:
@@ -51,12 +52,12 @@ def traced_by(pid: int, tracer_pid: int, proc_root: Path = PROC) -> bool:
     return tracer_pid in (tgid, stat.pgid)
 
 
-def state(pid: int, proc_root: Path = PROC) -> str | None:
+def state(pid: int, proc_root: Path) -> str | None:
     stat = read_stat(proc_root / str(pid))
     return stat.state if stat else None
 
 
-def resume_stopped(pids: list[int], proc_root: Path = PROC, wait_s: float = SETTLE_S) -> list[int]:
+def resume_stopped(pids: list[int], proc_root: Path, wait_s: float = SETTLE_S) -> list[int]:
     """SIGCONT each of ``pids`` that is stopped (T) once its dead tracer's detach has played out; the
     ones resumed. Only for targets our own tracer stopped (see the module doc).
 
