@@ -33,8 +33,10 @@ def test_window_goes_to_the_nodes_and_stretches_only_a_default_deadline() -> Non
     assert (plan.node_timeout_s, plan.deadline_s) == (30, 32)
     assert fit_confirm(10, 20, None) == 10  # no --sweep-timeout: the deadline grows instead
     assert fit_confirm(10, 20, 25) == 4.0 and fit_confirm(10, 20, 21) == 0.0  # a given deadline is kept
-    with pytest.raises(Exception, match="--confirm"):
-        Transport(confirm_s=-1)
+    from vllmdiag.cli.options import SWEEP, check  # --confirm's one range check is the option table's
+
+    with pytest.raises(Exception, match="--confirm must be between 0 and 600 seconds"):
+        check(SWEEP, {"confirm": -1})
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from vllmdiag import __version__
-from vllmdiag.cli.options import COLLECT, TRIAGE, typer_command, with_defaults
+from vllmdiag.cli.options import ANALYZE, COLLECT, TRIAGE, check, with_defaults
 from vllmdiag.cli.plugins import add_commands, need_simulator
 from vllmdiag.cli.shared import arg as _arg
-from vllmdiag.cli.shared import emit
+from vllmdiag.cli.shared import emit, typer_command
 from vllmdiag.cli.shared import opt as _opt
 from vllmdiag.errors import EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE, BadInput, VllmdiagError, one_line
 
@@ -120,7 +120,7 @@ def build_app(argv: list[str] | None = None) -> Any:
             raise typer.Exit(0)
 
     app.command("triage")(typer_command(triage_command, TRIAGE))
-    app.command("analyze")(analyze_command)
+    app.command("analyze")(typer_command(analyze_command, ANALYZE))
     # collect runs on argparse (cli/collect.py: every node, typer or not); typer shows its help from the table.
     app.command("collect")(typer_command(_collect_passthrough, COLLECT))
     app.command("playbook")(playbook_command)
@@ -159,12 +159,7 @@ def triage_command(**given: Any) -> int:
     report, json_out = o["report"], o["json_out"]
     origin = lastword.process_start()  # the budget is the whole command's: interpreter start included
 
-    if not 0.2 <= budget <= 600:
-        raise BadInput("--budget must be between 0.2 and 600 seconds")
-    if not 0 <= watch <= 3600:
-        raise BadInput("--rates must be between 0 and 3600 seconds")
-    if not 0 <= confirm <= 600:
-        raise BadInput("--confirm must be between 0 and 600 seconds")
+    check(TRIAGE, {**o, "rates": watch})  # each option's range (cli/options.py); --watch is read as --rates
     if native and nonblocking:
         raise BadInput("--native cannot be combined with --nonblocking (py-spy refuses it)")
     _check_report_name(report)
@@ -263,16 +258,12 @@ class _confirm_bar:  # noqa: N801 (used as a context manager, reads like a funct
             self.bar.stop()
 
 
-def analyze_command(
-    files: Annotated[list[Path], _arg(help="snapshot files, triage --json outputs, or sweep --save dirs")],
-    json_out: Annotated[bool, _opt("--json", help="print the JSON contract")] = False,
-    report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
-    pid: Annotated[list[int] | None, _opt("-p", "--pid", help="only the deployment(s) containing this pid")] = None,
-    verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
-) -> int:
+def analyze_command(**given: Any) -> int:
     """Recompute the verdict offline from saved snapshots, or draw a saved --json report again."""
     from vllmdiag.api import analyze_files
 
+    o = with_defaults(ANALYZE, given)  # the options as declared in cli/options.py (typer passes them all)
+    files, json_out, report, pid, verbose = o["files"], o["json_out"], o["report"], o["pid"], o["verbose"]
     _verbose(verbose)
     _check_report_name(report)
     from vllmdiag.model import SnapshotError

@@ -11,8 +11,8 @@ import os
 import sys
 
 from vllmdiag import __version__
-from vllmdiag.cli.options import COLLECT, add_to_parser
-from vllmdiag.errors import EXIT_USAGE, VllmdiagError, one_line
+from vllmdiag.cli.options import COLLECT, add_to_parser, check
+from vllmdiag.errors import EXIT_USAGE, BadInput, VllmdiagError, one_line
 from vllmdiag.model import strict_json
 
 
@@ -45,11 +45,10 @@ def main(argv: list[str]) -> int:
     origin = process_start()  # the budget is the whole command's: interpreter start included
     boost("--no-boost" not in argv)  # before any thread (vllmdiag/runtime/priority.py: why it cannot hurt the target)
     args = build_parser().parse_args(argv)
-    if not 0.2 <= args.budget <= 600:
-        sys.stderr.write("vllmdiag collect: --budget must be between 0.2 and 600 seconds\n")
-        return EXIT_USAGE
-    if not 0 <= args.confirm <= 600:
-        sys.stderr.write("vllmdiag collect: --confirm must be between 0 and 600 seconds\n")
+    try:
+        check(COLLECT, vars(args))  # each option's range, as the table declares it
+    except BadInput as exc:  # the bare line, as argparse's own errors (no "fix:"): a sweep shows it per node
+        sys.stderr.write(f"vllmdiag collect: {exc}\n")
         return EXIT_USAGE
     missing = [pid for pid in args.pid or [] if pid <= 0 or not os.path.exists(f"/proc/{pid}")]
     if missing:  # a wrong --pid is a wrong option, not an empty node (issue 35 item 6)

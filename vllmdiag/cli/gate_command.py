@@ -8,31 +8,23 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from vllmdiag.cli.shared import opt as _opt
+from vllmdiag.cli.options import GATE, with_defaults
+from vllmdiag.cli.shared import typer_command
 from vllmdiag.model import strict_json
 
 
 def register(app: Any) -> None:
-    app.command("gate")(gate_command)
+    app.command("gate")(typer_command(gate_command, GATE))
 
 
-def gate_command(
-    config: Annotated[Path | None, _opt("--config", help="gate YAML (thresholds, required/advisory checks, ports)")] = None,
-    tp: Annotated[int | None, _opt("--tp", help="planned tensor-parallel size on this node (overrides the config)")] = None,
-    url: Annotated[str | None, _opt("--url", help="a deployed API (http://host:port): /health, /metrics, 1-token completion")]
-    = None,
-    junit: Annotated[Path | None, _opt("--junit", help="write JUnit XML here (one testsuite, one testcase per check)")] = None,
-    json_out: Annotated[bool, _opt("--json", help="print the results (and the snapshot) as JSON")] = False,
-    prom: Annotated[Path | None, _opt("--prom", help="write a Prometheus textfile here (node_exporter)")] = None,
-    show_config: Annotated[bool, _opt("--default-config", help="print the documented default config and exit")] = False,
-    nagios: Annotated[bool, _opt("--nagios", help="a Nagios/Icinga plugin: one line, exit 0 OK, 1 WARNING, 2 CRITICAL "
-                                 "(a required check failed), 3 UNKNOWN (one could not look, or the gate could not run)")]
-    = False,
-) -> int:
+def gate_command(**given: Any) -> int:
     """CI health gate before rollout: pass/warn/fail per check; exit 1 when a required check fails."""
-    if not nagios:
+    o = with_defaults(GATE, given)  # the options as declared in cli/options.py (typer passes them all)
+    config, tp, url, junit, json_out, prom, show_config = (o["config"], o["tp"], o["url"], o["junit"], o["json_out"],
+                                                           o["prom"], o["show_config"])
+    if not o["nagios"]:
         return _gate(config, tp, url, junit, json_out, prom, show_config)
     from vllmdiag.errors import VllmdiagError
     from vllmdiag.render.nagios_view import error_line, plugin_line

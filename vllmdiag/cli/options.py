@@ -1,36 +1,143 @@
 """The one table of command-line options, in named groups (ClusterShell's CLI/OptionParser.py installs
 option groups per command: one declaration per option, with its check, for every door that takes it).
 
-Each option is declared here once, its range check with it (``Option.check``: the one place a range is
-written; sweep/transport.py calls it too). A command is the groups it installs plus its own options, in
-the order its --help lists them. typer's commands, the collector's argparse door (a shipped node has no
-typer) and the fast triage path are all built from these tuples, help text included
-(tests/test_cli_fast.py holds the three readings to one; tests/test_option_groups.py the table).
+An ``Option`` is declared here once, its range check with it (``Option.check``: the one place a range is
+written); a ``Group`` is options that go together (output, collection, nodes, ssh, reach, gate); a command
+is the groups it installs plus its own options (``command``), in the order its --help lists them. typer's
+commands (``shared.typer_command``), the collector's argparse door (a shipped node has no typer:
+``add_to_parser``) and the fast triage path (``fast_flags``/``fast_values``) are all built from these
+tuples, help text included (tests/test_cli_fast.py holds the three readings to one;
+tests/test_option_groups.py the table and its checks).
 
-Importing this module imports neither typer nor argparse: each reader is built when it is used.
+Importing this module imports neither typer nor argparse: each reader is built when it is used. It ships
+to the nodes with the collector (sweep/ship.py): it imports nothing of vllmdiag but errors, and that late.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from vllmdiag.cli.option_kit import (
-    REQUIRED,
-    Group,
-    Option,
-    add_to_parser,
-    check,
-    command,
-    fast_flags,
-    fast_values,
-    typer_command,
-    with_defaults,
-)
+if TYPE_CHECKING:
+    import argparse
 
-__all__ = ["ANALYZE", "COLLECT", "COLLECTION", "GATE", "GATE_FILES", "NODES", "OUTPUT", "REACH", "SSH", "SWEEP",
-           "TRIAGE", "WATCH", "Group", "Option", "add_to_parser", "check", "command", "fast_flags", "fast_values",
-           "typer_command", "with_defaults"]
+REQUIRED: Any = ...  # the default of an argument that must be given (typer: no default at all)
 
+
+class Option(NamedTuple):  # not a dataclass: dataclasses (with inspect) would cost the fast path ~8 ms
+    names: tuple[str, ...]  # as typed: ("-v", "--verbose"); () for a positional argument
+    param: str  # the command's keyword
+    kind: type  # bool: a flag; else the value's type (int, float, str, Path)
+    help: str
+    default: Any = None
+    many: bool = False  # repeatable: a list of values
+    metavar: str | None = None
+    hidden: bool = False  # read but not listed in --help (a deprecated spelling)
+    limits: tuple[float, float] | None = None  # the value's range, both ends allowed (None: not given, never checked)
+    unit: str = ""  # said after the range: " seconds"
+    why: str | None = None  # the message when out of range, where one line speaks for two options
+
+    @property
+    def flag(self) -> bool:
+        return self.kind is bool
+
+    def but(self, **changes: Any) -> Option:
+        return self._replace(**changes)
+
+    def check(self, value: Any) -> Any:
+        """The value, or BadInput (one line, exit 2) when it is out of this option's range."""
+        if self.limits is None or value is None:
+            return value
+        low, high = self.limits
+        if not low <= value <= high:
+            from vllmdiag.errors import BadInput
+
+            raise BadInput(self.why or f"{self.names[-1]} must be between {low:g} and {high:g}{self.unit}")
+        return value
+
+
+class Group:  # a plain class: one more NamedTuple would cost the fast path ~0.2 ms
+    """Options a command installs together; ``only`` and ``but`` fit them to one command (its help words)."""
+
+    __slots__ = ("name", "options")
+
+    def __init__(self, name: str, options: tuple[Option, ...]) -> None:
+        self.name, self.options = name, options
+
+    def only(self, *params: str) -> Group:
+        missing = set(params) - {o.param for o in self.options}
+        if missing:
+            raise TypeError(f"group {self.name} has no {', '.join(sorted(missing))}")
+        return Group(self.name, tuple(o for o in self.options if o.param in params))
+
+    def but(self, **changes: str | Mapping[str, Any]) -> Group:
+        """Per parameter: a new help text (a str), or the fields to change (a mapping)."""
+        by = {o.param: o for o in self.options}
+        for param, change in changes.items():
+            fields = {"help": change} if isinstance(change, str) else dict(change)
+            by[param] = by[param].but(**fields)
+        return Group(self.name, tuple(by.values()))
+
+
+def command(*parts: Group | Option, order: str) -> tuple[Option, ...]:
+    """A command's options: the groups it installs and its own options, in ``order`` (parameter names: the
+    order --help lists them in, kept as users know it). Each is listed exactly once, or this raises on import."""
+    installed = [o for p in parts for o in (p.options if isinstance(p, Group) else (p,))]
+    by = {o.param: o for o in installed}
+    names = order.split()
+    if len(by) != len(installed) or sorted(names) != sorted(by):
+        raise TypeError(f"order {order!r} must name each installed option once: {', '.join(sorted(by))}")
+    return tuple(by[n] for n in names)
+
+
+def check(options: Iterable[Option], values: Mapping[str, Any]) -> None:
+    """Every option's own check, in the command's order: the first value out of range is the one line said."""
+    for o in options:
+        if o.limits is not None:
+            o.check(values.get(o.param))
+
+
+def with_defaults(options: Iterable[Option], given: dict[str, Any]) -> dict[str, Any]:
+    """Every parameter of a command: those given, the table's defaults for the rest."""
+    out = {o.param: o.default for o in options if o.default is not REQUIRED}
+    unknown = set(given) - {o.param for o in options}
+    if unknown:
+        raise TypeError(f"unknown option parameter(s): {', '.join(sorted(unknown))}")
+    return {**out, **given}
+
+
+# ---- the fast path: which words it reads (anything else goes to typer) --------------------------------
+def fast_flags(options: Iterable[Option]) -> dict[str, str]:
+    """option word -> parameter, for the flags."""
+    return {name: o.param for o in options if o.flag for name in o.names}
+
+
+def fast_values(options: Iterable[Option]) -> dict[str, tuple[str, type, bool]]:
+    """option word -> (parameter, type, repeatable), for the options that take a value."""
+    return {name: (o.param, o.kind, o.many) for o in options if not o.flag for name in o.names}
+
+
+# ---- argparse (the collector's door: every node runs it, typer or not) --------------------------------
+def add_to_parser(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:
+    for o in options:
+        if o.flag:
+            parser.add_argument(*o.names, dest=o.param, action="store_true", help=_help(o))
+        elif o.many:
+            parser.add_argument(*o.names, dest=o.param, type=o.kind, action="append", metavar=o.metavar,
+                                help=_help(o))
+        else:
+            parser.add_argument(*o.names, dest=o.param, type=o.kind, default=o.default, metavar=o.metavar,
+                                help=_help(o))
+
+
+def _help(o: Option) -> str:
+    import argparse
+
+    return argparse.SUPPRESS if o.hidden else o.help
+
+
+# ==== the table ====================================================================================
 S = " seconds"
 
 # ---- output: what a command prints and writes ----------------------------------------------------------

@@ -1,12 +1,17 @@
-"""What every command of the face shares: the typer option/argument helpers and ``emit`` (print a result as
-JSON or the rich view, write --save/--report files, return the exit code). Commands live in ``cli.py``
-and each package's ``cli.py`` (sweep, gate, watch); they import this, never each other."""
+"""What every typer command of the face shares: ``typer_command`` (a command's signature and help from the
+option table, cli/options.py), the plain option/argument helpers (the simulator's commands use them) and
+``emit`` (print a result as JSON or the rich view, write --save/--report files, return the exit code).
+The commands live in cli/app.py and cli/*_command.py; they import this, never each other."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllmdiag.cli.options import Option
 
 
 def opt(*names: str, help: str, hidden: bool = False) -> Any:
@@ -19,6 +24,45 @@ def arg(help: str) -> Any:
     import typer
 
     return typer.Argument(help=help, show_default=False)
+
+
+def typer_command(fn: Callable[..., Any], options: Iterable[Option]) -> Callable[..., Any]:
+    """``fn(**every_parameter)`` as typer sees a command: its signature and help from the table."""
+    import functools
+    import inspect
+
+    from vllmdiag.cli.options import REQUIRED
+
+    params, annotations = [], {}
+    for o in options:
+        annotation = _annotation(o)
+        default = inspect.Parameter.empty if o.default is REQUIRED else o.default
+        params.append(inspect.Parameter(o.param, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                        annotation=annotation))
+        annotations[o.param] = annotation
+
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> Any:
+        return fn(**kwargs)
+
+    command.__signature__ = inspect.Signature(params, return_annotation=int)  # type: ignore[attr-defined]
+    command.__annotations__ = {**annotations, "return": int}
+    return command
+
+
+def _annotation(o: Option) -> Any:
+    from typing import Annotated
+
+    import typer
+
+    kind: Any = o.kind
+    if o.many:
+        kind = list[kind]
+    if o.default is None:
+        kind = kind | None
+    if not o.names:  # a positional argument
+        return Annotated[kind, typer.Argument(help=o.help, show_default=False)]
+    return Annotated[kind, typer.Option(*o.names, help=o.help, metavar=o.metavar, hidden=o.hidden)]
 
 
 def emit(result: Any, as_json: bool, report_file: Path | None, save: Path | None = None,

@@ -5,129 +5,88 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from vllmdiag.cli.shared import arg as _arg
-from vllmdiag.cli.shared import opt as _opt
+from vllmdiag.cli.options import SWEEP, check, with_defaults
+from vllmdiag.cli.shared import typer_command
 from vllmdiag.errors import BadInput
 from vllmdiag.runtime import lastword
 
-DEFAULT_CONFIRM_S = 10.0  # triage's (vllmdiag.api.DEFAULT_CONFIRM_S; not imported: this module loads for --help)
-
 
 def register(app: Any) -> None:
-    app.command("sweep")(sweep_command)
+    app.command("sweep")(typer_command(sweep_command, SWEEP))
 
 
-def sweep_command(
-    nodeset: Annotated[str | None, _arg(help="nodes in ClusterShell syntax, e.g. 'gpu[00-47]' or '@group'")] = None,
-    nodes: Annotated[list[str] | None, _opt("-w", help="more nodes (ClusterShell syntax; repeatable)")] = None,
-    exclude: Annotated[list[str] | None, _opt("-x", help="exclude these nodes (ClusterShell syntax, as clush -x; "
-                                              "repeatable)")] = None,
-    group: Annotated[list[str] | None, _opt("-g", "--group", help="the nodes of this group (as clush -g; @GROUP too): "
-                                            "--inventory's groups, else ClusterShell's groups.conf/groups.d")] = None,
-    exclude_group: Annotated[list[str] | None, _opt("-X", help="exclude the nodes of this group (as clush -X)")] = None,
-    user: Annotated[str | None, _opt("-l", help="ssh login user (as clush -l; wins over the inventory's)")] = None,
-    ssh_option: Annotated[list[str] | None, _opt("-o", help="ssh options as clush -o takes them ('-oPort=2222 "
-                                                 "-oUser=x', or Key=Value; repeatable), split into an argv list, never "
-                                                 "a shell; those that run commands or load config are refused")] = None,
-    hostfile: Annotated[Path | None, _opt("--hostfile", help="file with one node (set) per line")] = None,
-    inventory: Annotated[Path | None, _opt("--inventory", help="fleet YAML: groups, per-node ssh options")] = None,
-    exec_template: Annotated[str | None, _opt("--exec", help="command prefix per node, %h = node: 'kubectl exec %h --'")] = None,
-    remote_cmd: Annotated[str, _opt("--remote-cmd", help="the vllmdiag program on the nodes")] = "vllmdiag",
-    ship: Annotated[bool, _opt("--ship", help="copy a self-contained collector and run it with vLLM's Python")] = False,
-    ship_py_spy: Annotated[bool, _opt("--ship-py-spy/--no-ship-py-spy", help="with --ship: bundle py-spy too")] = True,
-    ship_python: Annotated[str | None, _opt("--ship-python", help="with --ship: the node's Python to run (root-owned, "
-                                            "not writable by others); default: vLLM's if trusted, else /usr/bin/python3")] = None,
-    timeout: Annotated[float, _opt("-u", "--timeout", help="per-node deadline in seconds, connect + collect (as "
-                                   "clush -u, the command timeout)")] = 20.0,
-    connect_timeout: Annotated[float, _opt("-t", "--connect-timeout", help="ssh connect timeout in seconds (as clush "
-                                           "-t)")] = 5.0,
-    sweep_timeout: Annotated[float | None, _opt("--sweep-timeout", help="whole-sweep deadline in seconds")] = None,
-    fanout: Annotated[int, _opt("-f", "--fanout", help="nodes contacted at once (as clush -f)")] = 64,
-    gateway: Annotated[list[str] | None, _opt("--gateway", help="sweep through this ClusterShell gateway (repeatable)")] = None,
-    topology: Annotated[Path | None, _opt("--topology", help="ClusterShell topology.conf: sweep through its gateways")] = None,
-    strict: Annotated[str | None, _opt("--strict-host-key-checking", help="yes | no | accept-new")] = None,
-    probe: Annotated[list[str] | None, _opt("--probe", help="run only these probes on the nodes")] = None,
-    enable: Annotated[list[str] | None, _opt("--enable", help="turn on an opt-in probe on the nodes (repeatable)")] = None,
-    confirm: Annotated[float, _opt("--confirm", help="a node that sees work in flight and nothing moving watches up to "
-                                   "this many seconds (nodes in parallel; the sweep's deadline grows by it unless "
-                                   "--sweep-timeout is given); 0 = off, also the cross-node resample")] = DEFAULT_CONFIRM_S,
-    no_confirm: Annotated[bool, _opt("--no-confirm", help="same as --confirm 0")] = False,
-    json_out: Annotated[bool, _opt("--json", help="print the fleet JSON contract")] = False,
-    save: Annotated[Path | None, _opt("--save", help="write one snapshot JSON per node into this directory")] = None,
-    report: Annotated[Path | None, _opt("--report", help="write a self-contained .html or .md report")] = None,
-    gate: Annotated[bool, _opt("--gate", help="run the pre-rollout gate on every node instead of triage")] = False,
-    gate_config: Annotated[Path | None, _opt("--gate-config", help="gate YAML (see `vllmdiag gate --default-config`)")] = None,
-    tp: Annotated[int | None, _opt("--tp", help="with --gate: planned tensor-parallel size per node")] = None,
-    junit: Annotated[Path | None, _opt("--junit", help="with --gate: write JUnit XML here")] = None,
-    prom: Annotated[Path | None, _opt("--prom", help="with --gate: write a node_exporter textfile here (NAME.prom)")] = None,
-    verbose: Annotated[bool, _opt("-v", "--verbose", help="show every row (healthy ones are folded by default)")] = False,
-) -> int:
+def sweep_command(**given: Any) -> int:
     """Diagnose every node of a fleet at once: one verdict, nodes folded into classes, sick nodes listed."""
     started = lastword.process_start()  # --sweep-timeout covers everything from the command's start to the verdict
-    from vllmdiag.registry import opt_in
-    from vllmdiag.sweep.fanout import SweepPlan, fit_confirm
-    from vllmdiag.sweep.inventory import load_inventory
-    from vllmdiag.sweep.nodes import resolve_nodes
-    from vllmdiag.sweep.sweep_api import save as save_dir
-    from vllmdiag.sweep.sweep_api import sweep
-    from vllmdiag.sweep.transport import Transport
-    from vllmdiag.sweep.tree import TreeSpec
-    from vllmdiag.sweep.tree import check as check_tree
-
-    if verbose:
+    o = with_defaults(SWEEP, given)  # the options as declared in cli/options.py (typer passes them all)
+    if o["verbose"]:
         from vllmdiag.render import text
 
         text.VERBOSE = True
-
-    if not 0.5 <= timeout <= 3600 or not 0.5 <= connect_timeout <= 600:
-        raise BadInput("--timeout must be 0.5-3600 s and --connect-timeout 0.5-600 s")
-    if sweep_timeout is not None and not 0.5 <= sweep_timeout <= 86400:
-        raise BadInput("--sweep-timeout must be between 0.5 and 86400 seconds")
-    if not 1 <= fanout <= 4096:
-        raise BadInput("--fanout must be between 1 and 4096")
-    if not 0 <= confirm <= 600:
-        raise BadInput("--confirm must be between 0 and 600 seconds")
-    confirm = 0.0 if no_confirm else confirm
-    if ship_python is not None and not ship:
+    check(SWEEP, o)  # each option's range, as the table declares it
+    confirm = 0.0 if o["no_confirm"] else o["confirm"]
+    if o["ship_python"] is not None and not o["ship"]:
         raise BadInput("--ship-python needs --ship")
-    resolving = time.monotonic()
-    inv = load_inventory(inventory) if inventory else None
-    deadline = started + sweep_timeout if sweep_timeout is not None else None
-    names = resolve_nodes([nodeset or "", *(nodes or []), *_groups(group, "-g")], hostfile, inv, deadline)
-    excluded = [*(exclude or []), *_groups(exclude_group, "-X")]
-    if excluded:
-        names = _without(names, resolve_nodes(excluded, None, inv, deadline))
-    resolved_s = time.monotonic() - resolving
-    transport = Transport(exec_template=exec_template, remote_cmd=remote_cmd, ship=ship, ship_py_spy=ship_py_spy,
-                          ship_python=ship_python, connect_timeout_s=connect_timeout, strict_host_key_checking=strict,
-                          user=user, ssh_options=split_ssh_options(ssh_option or []),
-                          probes=tuple(probe or ()), enable=tuple(opt_in(enable or [])),
-                          confirm_s=fit_confirm(confirm, timeout, sweep_timeout))
-    tree = TreeSpec(tuple(gateway or ()), str(topology) if topology else None) if gateway or topology else None
-    plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=timeout, fanout=fanout,
-                     sweep_timeout_s=sweep_timeout, tree=tree, started=started,
-                     setup_s=resolved_s)
-    check_tree(plan)
+    plan = _plan(o, confirm, started)
+    json_out, prom = o["json_out"], o["prom"]
     if prom is not None:
         from vllmdiag.gate.prom import check_name
 
         check_name(prom, "--prom")  # before the sweep: a name node_exporter never reads is a usage error
-    if gate:
-        return _gate(plan, gate_config, tp, junit, json_out, prom)
-    if junit is not None or prom is not None or gate_config is not None or tp is not None:
+    if o["gate"]:
+        return _gate(plan, o["gate_config"], o["tp"], o["junit"], json_out, prom)
+    if o["junit"] is not None or prom is not None or o["gate_config"] is not None or o["tp"] is not None:
         raise BadInput("--junit, --prom, --gate-config and --tp need --gate")
+    from vllmdiag.sweep.sweep_api import sweep
+
     if json_out:
         result = sweep(plan, confirm=confirm > 0)
     else:
         result = _with_progress(plan, lambda p, progress: sweep(p, progress, confirm > 0))
     from vllmdiag.cli.shared import emit
 
-    rc = emit(result, json_out, report)  # the verdict first: a --save that cannot be written is exit 2 after it
-    if save is not None:
-        save_dir(result, save)
+    rc = emit(result, json_out, o["report"])  # the verdict first: a --save that cannot be written is exit 2 after it
+    if o["save"] is not None:
+        from vllmdiag.sweep.sweep_api import save as save_dir
+
+        save_dir(result, o["save"])
     return rc
+
+
+def _plan(o: dict[str, Any], confirm: float, started: float) -> Any:
+    """The sweep's plan from its options: the nodes resolved (less -x/-X), how each is reached, the deadlines."""
+    from vllmdiag.registry import opt_in
+    from vllmdiag.sweep.fanout import SweepPlan, fit_confirm
+    from vllmdiag.sweep.inventory import load_inventory
+    from vllmdiag.sweep.nodes import resolve_nodes
+    from vllmdiag.sweep.transport import Transport
+    from vllmdiag.sweep.tree import TreeSpec
+    from vllmdiag.sweep.tree import check as check_tree
+
+    resolving = time.monotonic()
+    inv = load_inventory(o["inventory"]) if o["inventory"] else None
+    sweep_timeout = o["sweep_timeout"]
+    deadline = started + sweep_timeout if sweep_timeout is not None else None
+    names = resolve_nodes([o["nodeset"] or "", *(o["nodes"] or []), *_groups(o["group"], "-g")], o["hostfile"], inv,
+                          deadline)
+    excluded = [*(o["exclude"] or []), *_groups(o["exclude_group"], "-X")]
+    if excluded:
+        names = _without(names, resolve_nodes(excluded, None, inv, deadline))
+    resolved_s = time.monotonic() - resolving
+    transport = Transport(exec_template=o["exec_template"], remote_cmd=o["remote_cmd"], ship=o["ship"],
+                          ship_py_spy=o["ship_py_spy"], ship_python=o["ship_python"],
+                          connect_timeout_s=o["connect_timeout"], strict_host_key_checking=o["strict"],
+                          user=o["user"], ssh_options=split_ssh_options(o["ssh_option"] or []),
+                          probes=tuple(o["probe"] or ()), enable=tuple(opt_in(o["enable"] or [])),
+                          confirm_s=fit_confirm(confirm, o["timeout"], sweep_timeout))
+    gateway, topology = o["gateway"], o["topology"]
+    tree = TreeSpec(tuple(gateway or ()), str(topology) if topology else None) if gateway or topology else None
+    plan = SweepPlan(nodes=names, transport=transport, inventory=inv, timeout_s=o["timeout"], fanout=o["fanout"],
+                     sweep_timeout_s=sweep_timeout, tree=tree, started=started, setup_s=resolved_s)
+    check_tree(plan)
+    return plan
 
 
 def _groups(names: list[str] | None, option: str) -> list[str]:
