@@ -235,9 +235,15 @@ def test_no_second_look_is_chosen_when_the_budget_has_no_room_for_one(monkeypatc
     before the verdict's own guard began)."""
     import vllmdiag.analysis.contract as contract
     from vllmdiag.api import triage
+    from vllmdiag.model import Snapshot
 
     asked: list[bool] = []
-    monkeypatch.setattr(contract, "second_look_pids", lambda snap: asked.append(True) or [])
+
+    def second_look_pids(snap: Snapshot) -> list[int]:
+        asked.append(True)
+        return []
+
+    monkeypatch.setattr(contract, "second_look_pids", second_look_pids)
     roomy = triage(probes=["processes", "stacks"], budget_s=8.0, confirm_s=0)
     assert asked == [True] and "resample" not in roomy.report.snapshots[0].options
     asked.clear()

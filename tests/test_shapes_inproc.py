@@ -106,9 +106,10 @@ def test_candidates_are_unselected_pythons_big_enough_to_hold_torch() -> None:
 # ---- analysis side: synthetic snapshots built like real vLLM 0.33 shows them ---------------------
 def script(pid: int = 500, **extra: Any) -> dict[str, Any]:
     argv = ["/usr/bin/python3", "run.py"]
-    out = {"pid": pid, "ppid": 400, "pgid": pid, "role": None, "title": " ".join(argv), "cmdline": argv, "titled": False,
-           "name": None, "ranks": {}, "state": "S", "comm": "python3", "environ": {}, "selected_as": "vllm_mapped",
-           "vllm_extensions": [f"{SITE}/vllm/_C_stable_libtorch.abi3.so"], "gpu_fds": []}
+    out: dict[str, Any] = {"pid": pid, "ppid": 400, "pgid": pid, "role": None, "title": " ".join(argv), "cmdline": argv,
+                           "titled": False, "name": None, "ranks": {}, "state": "S", "comm": "python3", "environ": {},
+                           "selected_as": "vllm_mapped", "vllm_extensions": [f"{SITE}/vllm/_C_stable_libtorch.abi3.so"],
+                           "gpu_fds": []}
     out.update(extra)
     return out
 
