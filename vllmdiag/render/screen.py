@@ -67,7 +67,7 @@ def _section(console: Any, name: str, show: Any) -> bool:
 
 def _render_compact(report: Report, console: Any) -> None:
     try:
-        compact.render(report.to_dict(), console)
+        compact.render(report.render_dict(), console)
     except Exception as exc:  # odd-typed snapshot data: the section says so, the verdict stays
         console.print(f"[dim](layer summary not shown: malformed data: {escape(type(exc).__name__)})[/]")
     if report.is_fleet:
