@@ -296,7 +296,7 @@ def suspected_roots(report: Report) -> dict[int, str]:
         mine = [f for f in report.findings if f.deployment == dep.id]
         if any(f.blocking for f in mine):
             continue
-        if any(f.evidence.get("needs_confirm") is True for f in mine):
+        if any(f.needs_confirm is True for f in mine):
             out[dep.root_pid] = dep.id
     return out
 
@@ -310,7 +310,9 @@ def analyze_files(paths: list[Path], pids: list[int] | None = None) -> TriageRes
     if len(paths) == 1 and not paths[0].is_dir():
         raw = read_json(paths[0])
         if not pids and is_report(raw) and is_drawable(raw):
-            return TriageResult(Report.from_dict(raw, str(paths[0])))
+            from vllmdiag.analysis.sections import with_sections  # not in the JSON: drawn again from it
+
+            return TriageResult(with_sections(Report.from_dict(raw, str(paths[0]))))
         snaps = snapshots_from_json(raw, str(paths[0]))
     else:
         for path in paths:

@@ -73,8 +73,10 @@ def analyze(snapshots: list[Snapshot], pids: set[int] | None = None) -> Report:
         judged += j
         reports += to_model(snap, j)
         findings += f
-    return Report(verdict=overall(snapshots, judged, findings), deployments=reports, findings=findings,
-                  snapshots=snapshots)
+    from vllmdiag.analysis.sections import with_sections
+
+    return with_sections(Report(verdict=overall(snapshots, judged, findings), deployments=reports, findings=findings,
+                                snapshots=snapshots))
 
 
 def to_model(snapshot: Snapshot, judged: list[Judged]) -> list[DeploymentReport]:
@@ -98,13 +100,13 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
     warnings = [f for f in findings if f.severity == "warning"]
     if warnings:
         verdict = write_verdict("degraded", warnings[0].layer, warnings, findings)
-        if warnings[0].evidence.get("out_of_view"):  # its culprit runs beyond this node's view (P/D producer)
+        if warnings[0].out_of_view:  # its culprit runs beyond this node's view (P/D producer)
             verdict.confidence = "medium"
         return verdict
     starting = next((f for f in findings if f.code == "handshake.starting"), None)
     # A share of a deployment whose engine runs on another node (`--headless`) never reports ready itself:
     # alone it is "not all of it is on this node" (below); the sweep judges it with its engine's node.
-    elsewhere = any(f.evidence.get("out_of_view") for f in findings)
+    elsewhere = any(f.out_of_view for f in findings)
     if starting is not None and not elsewhere and (starting.evidence.get("moving") or not _blind_spots(snapshot)):
         return _starting(starting)
     progress = next((f for f in findings if f.code == "gpu.progress"), None)
@@ -113,7 +115,7 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
     moved = bool(seen.get("moved"))
     missing = _blind_spots(snapshot, ("stacks",))
     blind = _blind_spots(snapshot, ("processes",)) + gaps(snapshot, pids or set()) + ([] if moved else missing)
-    beyond = [f for f in findings if f.evidence.get("out_of_view")]  # part of it runs on another node
+    beyond = [f for f in findings if f.out_of_view]  # part of it runs on another node
     if beyond and not blind:
         from vllmdiag.analysis.verdict_writer import write_verdict
 

@@ -17,17 +17,28 @@ from vllmdiag.model.verdict import LAYERS, SEVERITIES, VERDICT_STATUSES, Culprit
 
 if TYPE_CHECKING:
     from vllmdiag.model.fleet import NODE_STATUSES, FleetSection, GridRow, GroupBrief, NodeClass, NodeEntry, NodeOutcome
-    from vllmdiag.model.report import REPORT_SCHEMA_VERSION, DeploymentReport, ProcessBrief, Report, RingView
+    from vllmdiag.model.report import (
+        REPORT_SCHEMA_VERSION,
+        DeploymentReport,
+        NodeSection,
+        ProcessBrief,
+        Report,
+        RingRow,
+        RingView,
+        StackRow,
+    )
 
 _LAZY = {name: "vllmdiag.model.fleet" for name in
          ("NODE_STATUSES", "FleetSection", "GridRow", "GroupBrief", "NodeClass", "NodeEntry", "NodeOutcome")}
 _LAZY.update({name: "vllmdiag.model.report" for name in
-              ("REPORT_SCHEMA_VERSION", "DeploymentReport", "ProcessBrief", "Report", "RingView")})
+              ("REPORT_SCHEMA_VERSION", "DeploymentReport", "NodeSection", "ProcessBrief", "Report", "RingRow", "RingView",
+               "StackRow")})
 
 __all__ = [
     "LAYERS", "NODE_STATUSES", "PROBE_STATUSES", "REPORT_SCHEMA_VERSION", "SCHEMA_VERSION", "SEVERITIES",
     "VERDICT_STATUSES", "Culprit", "DeploymentReport", "Finding", "FleetSection", "GridRow", "GroupBrief", "NodeClass",
-    "NodeEntry", "NodeOutcome", "ProbeResult", "ProcessBrief", "Report", "RingView", "Snapshot", "SnapshotError", "Verdict",
+    "NodeEntry", "NodeOutcome", "NodeSection", "ProbeResult", "ProcessBrief", "Report", "RingRow", "RingView", "Snapshot",
+    "SnapshotError", "StackRow", "Verdict",
 ]
 
 

@@ -68,6 +68,54 @@ class RingView:
 
 
 @dataclass
+class RingRow:
+    """One shm ring as the node's queue section shows it, decided by analysis (``analysis/sections.py``): its
+    role and who writes and reads it in display words, the unread slots per reader, the readers a critical
+    queue finding blames (``laggards``: reader indexes) and the sampled numbers. Render formats it."""
+
+    name: str
+    role: str  # rpc | response | group broadcast | ?
+    writer: str
+    readers: list[str]
+    unread: list[int]
+    max_chunks: int
+    laggards: set[int]
+    samples: list[dict[str, Any]]
+    state: str
+
+
+@dataclass
+class StackRow:
+    """One row of the node's stack section: a folded class of ranks (``gpu.stack_classes``) or a process
+    outside them, with one member's main-thread stack (innermost first) and whether it is a culprit."""
+
+    label: str
+    entry: dict[str, Any]  # the class (or process) as the stack_classes finding folded it
+    stack: list[str]
+    culprit: bool
+
+
+@dataclass
+class NodeSection:
+    """What one node's report shows of its rings and stacks, computed once by analysis. Not part of the
+    JSON contract (``to_dict``): analysis attaches it to every report it builds or reads back. A section
+    that could not be built from odd-typed data keeps the error, so the view that draws it says so."""
+
+    node: str
+    rings: list[RingRow] = field(default_factory=list)
+    stacks: list[StackRow] = field(default_factory=list)
+    rings_error: Exception | None = None
+    stacks_error: Exception | None = None
+
+
+def short_label(title: str, role: str) -> str:
+    """`TP3`, `EngineCore`, `API server`: how people call a vLLM process (its title, else its role)."""
+    if title.startswith("VLLM::"):
+        return title.split("::", 1)[1].split()[0].replace("Worker_", "")
+    return {"api_server": "API server", "engine_core": "EngineCore", "client": "client"}.get(role, title[:40])
+
+
+@dataclass
 class DeploymentReport:
     id: str
     node: str
@@ -127,10 +175,18 @@ class Report:
     # How the sweep reached its nodes (``--exec`` template, ``%h`` = node), so a report's read-only
     # commands can be aimed at a node the same way; None for ssh or one node.
     exec_template: str | None = None
+    # Each node's rings and stacks as analysis decided them (``analysis/sections.py``); outside the JSON
+    # contract and equality: a saved report gets them again when it is read back to be drawn.
+    sections: dict[str, NodeSection] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_fleet(self) -> bool:
         return self.nodes is not None
+
+    def render_dict(self) -> dict[str, Any]:
+        """``to_dict()`` plus the typed sections under ``sections``: what the file and compact renderers
+        read. Never written (``--json`` prints ``to_dict()``)."""
+        return {**self.to_dict(), "sections": dict(self.sections)}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -12,6 +12,7 @@ VERDICT_STATUSES = ("healthy", "starting", "blocked", "degraded", "no-deployment
 LAYERS = ("process", "handshake", "queue", "gpu", "client")
 SEVERITIES = ("info", "warning", "critical")
 CONFIDENCES = ("high", "medium", "low")
+FLAGS = ("out_of_view", "needs_confirm")  # Finding fields the JSON carries in its evidence
 
 
 @dataclass
@@ -46,6 +47,28 @@ class Finding:
     deployment: str | None = None
     # Who this finding blames, most responsible first; the verdict takes its culprits from here.
     culprits: list[Culprit] = field(default_factory=list)
+    # Flags the engine reads (analysis/bisect.py, api.py), typed: part of what it blames runs beyond this
+    # node's view (a P/D producer, a headless share's engine); its suspicion needs the confirm window
+    # (True), holds already (False), or it does not say (None). The JSON carries them where it always did,
+    # in ``evidence`` (FLAGS): set either way, both say the same (``__post_init__``, ``to_dict``).
+    out_of_view: bool = False
+    needs_confirm: bool | None = None
+
+    def __post_init__(self) -> None:
+        if "out_of_view" in self.evidence:
+            self.out_of_view = self.out_of_view or bool(self.evidence["out_of_view"])
+        if self.needs_confirm is None and isinstance(self.evidence.get("needs_confirm"), bool):
+            self.needs_confirm = self.evidence["needs_confirm"]
+        self.evidence.update(self._flags(self.evidence))
+
+    def _flags(self, evidence: dict[str, Any]) -> dict[str, Any]:
+        """The typed flags the evidence does not carry yet (appended: the JSON's key order stays)."""
+        out: dict[str, Any] = {}
+        if self.out_of_view and "out_of_view" not in evidence:
+            out["out_of_view"] = True
+        if self.needs_confirm is not None and "needs_confirm" not in evidence:
+            out["needs_confirm"] = self.needs_confirm
+        return out
 
     @property
     def blocking(self) -> bool:
@@ -53,6 +76,9 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        for flag in FLAGS:
+            del out[flag]
+        out["evidence"].update(self._flags(out["evidence"]))  # a flag set after it was made
         out["culprits"] = [c.to_dict() for c in self.culprits]
         return out
 

@@ -45,7 +45,7 @@ def command_line(argv: list[str]) -> list[str]:
 def to_markdown(report: Any, argv: list[str] | None = None) -> str:
     from vllmdiag.render.md_report import to_markdown as markdown
 
-    d = sanitize_report(report.to_dict())
+    d = sanitize_report(report.render_dict())
     try:
         return markdown(d, sanitize_report(argv))
     except Exception as exc:  # odd-typed snapshot data (issue 15, item 13): the verdict still renders
@@ -55,7 +55,7 @@ def to_markdown(report: Any, argv: list[str] | None = None) -> str:
 def to_html(report: Any, argv: list[str] | None = None) -> str:
     from vllmdiag.render.html_report import to_html as page
 
-    d = sanitize_report(report.to_dict())
+    d = sanitize_report(report.render_dict())
     try:
         return page(d, sanitize_report(argv))
     except Exception as exc:  # odd-typed snapshot data (issue 15, item 13): the verdict still renders

@@ -1,7 +1,8 @@
 """Ring view: one bar per shm ring of the reported deployments, readers as cells, the laggard in red.
 
 Reads only the report: who writes and reads each ring (``DeploymentReport.rings``, decided by analysis),
-its snapshots' ``rings`` data for the sampled numbers, and the queue findings; never collects.
+its snapshots' ``rings`` data for the sampled numbers, and the readers a finding blames (the node's
+section, ``Report.sections``, analysis/sections.py); never collects nor decides.
 """
 
 from __future__ import annotations
@@ -69,8 +70,5 @@ def _short(dep: DeploymentReport, pid: int | None, fallback: str = "-") -> str:
 
 
 def _blamed(report: Report) -> dict[tuple[str, str], set[int]]:
-    out: dict[tuple[str, str], set[int]] = {}
-    for f in report.findings:
-        if f.layer == "queue" and f.severity == "critical" and "ring" in f.evidence:
-            out.setdefault((f.node, str(f.evidence["ring"])), set()).update(int(i) for i in f.evidence.get("readers") or [])
-    return out
+    """(node, ring) -> the reader indexes a finding blames, as analysis put them in the node's section."""
+    return {(node, r.name): r.laggards for node, section in report.sections.items() for r in section.rings}

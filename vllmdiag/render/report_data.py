@@ -1,8 +1,9 @@
-"""What the report files show, read from the JSON contract (`report.to_dict()`) only (pure).
+"""What the report files show, read from `report.render_dict()` only (pure): the JSON contract plus the
+typed sections analysis attached (`Report.sections`: each node's rings and stacks, analysis/sections.py).
 
 The HTML and Markdown reports share these readers, so both say the same thing. Everything here
-takes plain dicts: a saved `triage --json` output renders the same as a live run. Labels derived
-here (a ring reader's name) are for display; the verdict never depends on them.
+formats: a saved `triage --json` output gets its sections when it is read back, so it renders the same
+as a live run. Nothing here decides a ring's role, a stack class or a blamed reader.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from vllmdiag.model.report import NodeSection, RingRow, short_label
 
 LAYERS = ("process", "handshake", "queue", "gpu", "client")
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -26,6 +29,7 @@ class NodeData:
     findings: list[dict[str, Any]] = field(default_factory=list)
     culprit_pids: set[int] = field(default_factory=set)
     culprit_ranks: set[int] = field(default_factory=set)
+    section: NodeSection | None = None  # its rings and stacks, from the report's ``sections``
 
     def probe(self, name: str) -> dict[str, Any]:
         return ((self.snapshot.get("probes") or {}).get(name) or {})
@@ -47,7 +51,10 @@ def snapshots(d: dict[str, Any]) -> list[dict[str, Any]]:
 
 def nodes(d: dict[str, Any]) -> list[NodeData]:
     """Nodes worst first (their deployments' status), each with what belongs to it."""
-    out = {str(s.get("node")): NodeData(str(s.get("node")), s) for s in snapshots(d)}
+    raw = d.get("sections")
+    sections: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    out = {str(s.get("node")): NodeData(str(s.get("node")), s, section=sections.get(str(s.get("node"))))
+           for s in snapshots(d)}
     for dep in d.get("deployments", []):
         node = out.setdefault(str(dep.get("node")), NodeData(str(dep.get("node")), {}))
         node.deployments.append(dep)
@@ -224,10 +231,7 @@ def short_name(p: dict[str, Any] | None) -> str:
     """`TP3`, `EngineCore`, `APIServer`: how people call a vLLM process."""
     if not p:
         return "?"
-    title = str(p.get("title") or "")
-    if title.startswith("VLLM::"):
-        return title.split("::", 1)[1].split()[0].replace("Worker_", "")
-    return {"api_server": "API server", "engine_core": "EngineCore", "client": "client"}.get(p.get("role") or "", title[:40])
+    return short_label(str(p.get("title") or ""), str(p.get("role") or ""))
 
 
 def is_culprit(node: NodeData, p: dict[str, Any]) -> bool:
@@ -235,95 +239,29 @@ def is_culprit(node: NodeData, p: dict[str, Any]) -> bool:
                                                    and not node.culprit_pids)
 
 
-# ---- rings ------------------------------------------------------------------------------------------
-@dataclass
-class RingView:
-    name: str
-    role: str
-    writer: str
-    readers: list[str]
-    unread: list[int]
-    max_chunks: int
-    laggards: set[int]
-    samples: list[dict[str, Any]]
-    state: str
+# ---- rings and stacks: analysis decided them (analysis/sections.py); formatted here ----------------
+RingView = RingRow  # one ring as the node's queue section shows it
+
+
+def _section(node: NodeData) -> NodeSection | None:
+    return node.section if isinstance(node.section, NodeSection) else None
 
 
 def rings(node: NodeData) -> list[RingView]:
-    procs = node.procs()
-    blamed: dict[str, set[int]] = {}
-    for f in node.findings:
-        if f.get("layer") == "queue" and f.get("severity") == "critical" and "ring" in (f.get("evidence") or {}):
-            blamed.setdefault(str(f["evidence"]["ring"]), set()).update(int(i) for i in f["evidence"].get("readers") or [])
-    out = []
-    for ring in node.data("rings").get("rings", []):
-        mappers = [procs[p] for p in ring.get("mapped_by") or [] if p in procs]
-        if not mappers:
-            continue
-        role, writer, readers = _ring_roles(ring, mappers)
-        unread = [int(u or 0) for u in (ring.get("stable_unread") or ring.get("unread_slots") or [])]
-        geo = ring.get("geometry") or {}
-        state = " ".join(w for w in ("FULL" if ring.get("full") else "", "moving" if ring.get("moved") else "still",
-                                     f"{ring.get('sample_count', 0)} samples / {float(ring.get('window_s') or 0):.2f} s") if w)
-        out.append(RingView(str(ring.get("name")), role, writer, (readers + [f"r{i}" for i in range(len(unread))])[:len(unread)],
-                            unread, int(geo.get("max_chunks") or 0), blamed.get(str(ring.get("name")), set()),
-                            list(ring.get("samples") or []), state))
-    return sorted(out, key=lambda r: (not r.laggards, r.role, r.name))
+    """The node's rings, laggards first, as analysis decided them (none for a report without sections)."""
+    section = _section(node)
+    if section is not None and section.rings_error is not None:
+        raise section.rings_error  # the view that draws it says it could not (untrusted data)
+    return list(section.rings) if section is not None else []
 
 
-def _ring_roles(ring: dict[str, Any], mappers: list[dict[str, Any]]) -> tuple[str, str, list[str]]:
-    """Display labels, following vLLM's layout (vllm-internals 1.12): the EngineCore writes the rpc
-    ring that every local worker reads in rank order; each worker writes a response ring the
-    EngineCore reads; TP rank 0 writes the group broadcaster its peers read."""
-    n = int((ring.get("geometry") or {}).get("n_reader") or 0)
-    engines = [p for p in mappers if p.get("role") == "engine_core"]
-    workers = sorted((p for p in mappers if p.get("role") == "worker"),
-                     key=lambda p: (p.get("rank") is None, p.get("rank") or 0, p["pid"]))
-    if engines and len(workers) == 1 and n == 1 and "response" in str(ring.get("reason") or ""):
-        return "response", short_name(workers[0]), [short_name(engines[0])]
-    if engines:
-        return "rpc", short_name(engines[0]), [short_name(w) for w in workers]
-    if workers:
-        return "group broadcast", short_name(workers[0]), [short_name(w) for w in workers[1:]]
-    return "?", "?", []
-
-
-# ---- stacks -----------------------------------------------------------------------------------------
 def stack_classes(node: NodeData) -> list[dict[str, Any]]:
     """The analysis' folded classes (gpu.stack_classes), each with one member's full stack attached."""
-    dumps = {int(x["pid"]): x for x in node.data("stacks").get("dumps", []) if x.get("pid") is not None}
-    by_rank = {p.get("rank"): int(p["pid"]) for p in node.procs().values() if p.get("role") == "worker"}
-    out = []
-    for f in node.findings:
-        if f.get("code") != "gpu.stack_classes":
-            continue
-        ev = f.get("evidence") or {}
-        for c in ev.get("stack_classes", []):
-            ranks = expand_ranks(str(c.get("ranks", "")))
-            pid = next((by_rank[r] for r in ranks if r in by_rank), None)
-            culprit = bool(set(ranks) & node.culprit_ranks) or any(by_rank.get(r) in node.culprit_pids for r in ranks)
-            out.append({**c, "label": c.get("ranks"), "stack": main_stack(dumps.get(pid)) if pid else [], "culprit": culprit})
-        for o in ev.get("others", []):
-            out.append({**o, "label": f"{o.get('title')} ({o.get('pid')})", "stack": main_stack(dumps.get(int(o["pid"]))),
-                        "culprit": int(o["pid"]) in node.culprit_pids})
-    return out
-
-
-def expand_ranks(text: str) -> list[int]:
-    """`TP[0-4,6-7]` -> [0, 1, 2, 3, 4, 6, 7]; `TP5` -> [5]."""
-    out: list[int] = []
-    for a, b in re.findall(r"(\d+)(?:-(\d+))?", text):
-        out += list(range(int(a), int(b or a) + 1))[:4096]
-    return out
-
-
-def main_stack(dump: dict[str, Any] | None) -> list[str]:
-    """The main thread's frames, innermost first, as `function (file:line)`."""
-    if not dump:
-        return []
-    threads = dump.get("threads") or []
-    main = next((t for t in threads if t.get("name") == "MainThread"), threads[0] if threads else None)
-    return [f"{f[0]} ({f[1]}:{f[2]})" for f in (main or {}).get("frames", []) if isinstance(f, list) and len(f) >= 3]
+    section = _section(node)
+    if section is not None and section.stacks_error is not None:
+        raise section.stacks_error
+    return [{**row.entry, "label": row.label, "stack": row.stack, "culprit": row.culprit}
+            for row in (section.stacks if section is not None else [])]
 
 
 # ---- rank strip and timeline (analysis/reporting.py computes them) ---------------------------------

@@ -69,9 +69,11 @@ def analyze_fleet(snapshots: list[Snapshot], node_status: Mapping[str, NodeOutco
                          why=node_why(v)) for v in views]
     fleet = FleetSection(classes=classes, groups=[GroupBrief(g.key, g.nodes, g.nnodes) for g in group_list],
                          grid=grid_rows(entries))
-    return Report(verdict=verdict, deployments=[r for n in views for r in n.reports],
-                  findings=[f for n in views for f in n.findings], snapshots=[n.snapshot for n in views if n.snapshot],
-                  nodes=entries, fleet=fleet)
+    from vllmdiag.analysis.sections import with_sections
+
+    return with_sections(Report(verdict=verdict, deployments=[r for n in views for r in n.reports],
+                                findings=[f for n in views for f in n.findings],
+                                snapshots=[n.snapshot for n in views if n.snapshot], nodes=entries, fleet=fleet))
 
 
 def _groups_isolated(nodes: dict[str, _Node]) -> list[rank_groups.RankGroup]:

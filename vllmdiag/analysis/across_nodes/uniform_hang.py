@@ -25,7 +25,7 @@ def uniform_across_nodes(group: RankGroup, snapshots: dict[str, Snapshot],
                          findings: dict[str, list[Finding]]) -> Finding | None:
     head = group.members[0]
     held = [f for f in findings.get(head.node, []) if f.code == SUSPECTED and f.deployment == head.deployment.id
-            and not f.evidence.get("needs_confirm", True)]
+            and f.needs_confirm is False]
     if not held:
         return None  # the engine's node saw its work move, or did not watch long enough
     seen: dict[int, tuple[str, StackClass]] = {}

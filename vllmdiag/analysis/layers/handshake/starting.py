@@ -9,6 +9,8 @@ critical here and leads the verdict with the rank the others wait for.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from vllmdiag.analysis.views.deployments import Deployment
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.progress import HELD_S
@@ -82,9 +84,7 @@ def _all_waiting(snap: Snapshot, dep: Deployment, pic: StartupPicture, head: str
              *[culprit(snap, p, reason) for r in pic.ranks if (p := dep.by_pid(r.pid)) is not None]]
     f = finding("handshake.startup_stuck", LAYER, "critical", snap, dep, msg, [r.pid for r in pic.ranks],
                 {**evidence, "beyond_this_node": beyond}, blame)
-    if beyond:
-        f.evidence["out_of_view"] = True
-    return f
+    return replace(f, out_of_view=beyond)  # the typed flag; its evidence says it too (the JSON's copy)
 
 
 def keeps_window_open(snapshot: Snapshot, deployment_ids: set[str]) -> bool:
