@@ -1,6 +1,7 @@
 """Who writes and who reads each shared-memory ring of a deployment (pure, never a finding): the engine's
 broadcast ring, each worker's response ring, their readers by local rank. Read by the queue layer's
-ring_flow analyzer and by the report model (analysis/report_model.py)."""
+ring_flow analyzer and by the report model (analysis/report_model.py: ``DeploymentReport.rings``, from which
+analysis/sections.py builds what the report shows of each ring; render keeps no copy of these rules)."""
 
 from __future__ import annotations
 
