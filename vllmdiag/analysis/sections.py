@@ -13,6 +13,7 @@ the reader indexes (``readers``): the ring section draws those readers as the on
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from vllmdiag.model import Finding, Report, Snapshot
@@ -125,8 +126,6 @@ def stack_rows(snap: Snapshot, deps: list[DeploymentReport], findings: list[Find
 
 def expand_ranks(text: str) -> list[int]:
     """`TP[0-4,6-7]` -> [0, 1, 2, 3, 4, 6, 7]; `TP5` -> [5]."""
-    import re
-
     out: list[int] = []
     for a, b in re.findall(r"(\d+)(?:-(\d+))?", text):
         out += list(range(int(a), int(b or a) + 1))[:4096]
