@@ -156,7 +156,7 @@ def test_confirm_window_stops_as_soon_as_something_moves_and_records_what_it_wat
     tokens = iter([10, 10, 42])
 
     def collect(**kw: Any) -> Snapshot:
-        seen_options.append(kw["options"])
+        seen_options.append(kw["options"].to_dict())  # typed CollectOptions: compared in its JSON form
         return later(first, 0.1, tokens=next(tokens))
 
     def still(s: Snapshot) -> bool:

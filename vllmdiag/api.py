@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING, Any
 from vllmdiag.context import Context
 from vllmdiag.errors import EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_NO_DEPLOYMENT, EXIT_PROBLEM
 from vllmdiag.model import Snapshot, SnapshotError, strict_json
+from vllmdiag.runtime.options import CollectOptions, as_options
 from vllmdiag.runtime.runner import DEFAULT_BUDGET_S, collect_snapshot
+
+# What a caller may pass as ``options``: the typed object the doors build, or its dict form (tests, the watcher).
+Options = CollectOptions | dict[str, Any] | None
 
 if TYPE_CHECKING:  # the report classes load when a verdict is made, not for a collect
     from vllmdiag.model import NodeOutcome, Report
@@ -37,7 +41,7 @@ class TriageResult:
         return strict_json.dumps(self.report.to_dict(), separators=(",", ":"), default=str)
 
 
-def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
+def collect(*, probes: list[str] | None = None, options: Options = None,
             budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, hard: bool = True,
             meanwhile: Callable[[], None] | None = None, limits: dict[int, int] | None = None,
             on_result: Callable[[str, dict[str, Any]], None] | None = None) -> Snapshot:
@@ -49,9 +53,9 @@ def collect(*, probes: list[str] | None = None, options: dict[str, Any] | None =
     ``limits``: RLIMIT_* -> value for that child (hard only; see hardstop).
     ``on_result``: sees each probe's data as it arrives (hard only; see hardstop)."""
     ctx = ctx or Context()
-    ctx.options.update(options or {})
-    # An option named like an opt-in probe (nccl_ras, preflight, ...) turns that probe on.
-    enable = {name for name, on in (options or {}).items() if on}
+    given = as_options(options)
+    ctx.options = ctx.options.merged(given)
+    enable = given.turned_on()
     if hard:
         from vllmdiag.runtime.hardstop import collect_bounded
 
@@ -64,7 +68,7 @@ DEFAULT_CONFIRM_S = 10.0
 
 
 def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
-           options: dict[str, Any] | None = None, budget_s: float = DEFAULT_BUDGET_S,
+           options: Options = None, budget_s: float = DEFAULT_BUDGET_S,
            ctx: Context | None = None, confirm_s: float = DEFAULT_CONFIRM_S,
            on_confirm: Callable[[float, float], None] | None = None, origin: float | None = None) -> TriageResult:
     """The quick pass; a stack resample of the few pictures that would be a hang if they held; and,
@@ -78,9 +82,7 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
 
     guarded = origin is not None
     started = time.monotonic() if origin is None else origin  # the confirm window counts from here too
-    opts = dict(options or {})
-    if pids:
-        opts["pids"] = list(pids)
+    opts = as_options(options).merged({"pids": list(pids)}) if pids else as_options(options)
     wanted = set(pids) if pids else None
     quick_ctx = second_look.fresh_context(ctx)
     startup = _since(started)
@@ -144,7 +146,7 @@ def out_of_time(snap: Snapshot, budget_s: float, phase: str) -> Report:
     return Report(verdict=verdict, deployments=[], findings=[], snapshots=[snap])
 
 
-def spent_in_startup(options: dict[str, Any], budget_s: float, startup: float) -> Snapshot:
+def spent_in_startup(options: CollectOptions, budget_s: float, startup: float) -> Snapshot:
     """The snapshot of a triage whose budget ran out before its own code ran: nothing collected."""
     import datetime as _dt
     import socket
@@ -158,13 +160,13 @@ def spent_in_startup(options: dict[str, Any], budget_s: float, startup: float) -
                         f"at {priority.state().get('policy', 'normal')} priority)")
     return Snapshot(node=socket.gethostname(), vllmdiag_version=__version__, duration_s=0.0, probes={"processes": blind},
                     collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
-                    options={**options, "command_budget_s": budget_s, "startup_s": round(startup, 3),
+                    options={**options.to_dict(), "command_budget_s": budget_s, "startup_s": round(startup, 3),
                              "priority": priority.state(), "collected": "nothing: the budget was spent in start-up"})
 
 
 def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, started: float,
-                     probes: list[str] | None = None, options: dict[str, Any] | None = None,
-                     ctx: Context | None = None, on_confirm: Callable[[float, float], None] | None = None,
+                     probes: list[str] | None = None, options: Options = None, ctx: Context | None = None,
+                     on_confirm: Callable[[float, float], None] | None = None,
                      opening: Callable[[], None] | None = None) -> bool:
     """The confirm window (triage's, and ``collect --confirm`` on a swept node): only when ``report``
     says work is in flight and nothing moved; follow-up passes go into ``snap.passes``. True if it opened."""
@@ -183,11 +185,11 @@ def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, starte
 
     if opening is not None:  # collect on a swept node: say so now, the sweep extends its deadline for it
         opening()
-    second_look.watch(snap, sorted(roots), confirm_s, still, collect, dict(options or {}), ctx, on_confirm, started, probes)
+    second_look.watch(snap, sorted(roots), confirm_s, still, collect, as_options(options), ctx, on_confirm, started, probes)
     return True
 
 
-def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
+def collect_confirmed(*, probes: list[str] | None = None, options: Options = None,
                       budget_s: float = DEFAULT_BUDGET_S, confirm_s: float = 0.0,
                       origin: float | None = None, on_window: Callable[[], None] | None = None) -> Snapshot:
     """``vllmdiag collect [--confirm S]``: the node's snapshot, with triage's confirm window when its
@@ -207,7 +209,7 @@ def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any
     try:
         from vllmdiag.analysis.bisect import analyze
 
-        pids = (options or {}).get("pids")
+        pids = as_options(options).pids
         report = analyze([snap], set(pids) if pids else None)
     except (ImportError, OSError, ValueError) as exc:
         snap.options["confirm"] = f"skipped: {type(exc).__name__}: {exc}"
@@ -217,7 +219,7 @@ def collect_confirmed(*, probes: list[str] | None = None, options: dict[str, Any
     return snap
 
 
-def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | None = None,
+def collect_node(*, probes: list[str] | None = None, options: Options = None,
                  budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, until: float | None = None) -> Snapshot:
     """One node's snapshot as triage and ``vllmdiag collect`` take it: the quick pass, then a second
     stack dump of the few processes whose picture would be a hang if it held (costs nothing when
@@ -255,7 +257,7 @@ def collect_node(*, probes: list[str] | None = None, options: dict[str, Any] | N
         if room < second_look.MIN_RESAMPLE_S:
             snap.options["resample"] = f"skipped: {max(0.0, room):.1f} s of the budget left for it"
             return snap
-        second_look.resample(snap, again, collect, dict(options or {}), quick_ctx, time.monotonic() - done_at,
+        second_look.resample(snap, again, collect, as_options(options), quick_ctx, time.monotonic() - done_at,
                          budget_s=min(second_look.PASS_BUDGET_S, room))
     return snap
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.model import ProbeResult
+from vllmdiag.runtime.options import Parsed
 
 
 @dataclass
@@ -34,7 +35,9 @@ class Context:
     # Where vLLM puts its ipc:// socket files (VLLM_RPC_BASE_PATH, default the temp dir).
     rpc_base: Path = field(default_factory=lambda: default_rpc_base())
     title_prefix: str = field(default_factory=lambda: os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM"))
-    options: dict[str, Any] = field(default_factory=dict)
+    # What the collection is asked to do (vllmdiag/runtime/options.py): typed; a dict given here
+    # (``Context(options={...})``) is parsed into it once.
+    options: Parsed = Parsed()
     deadline: float = field(default_factory=lambda: time.monotonic() + 10.0)
     stretch: float = 1.0  # per-probe deadlines x this (the runner: budget / default budget, at least 1)
     _results: dict[str, ProbeResult] = field(default_factory=dict)

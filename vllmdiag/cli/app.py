@@ -165,13 +165,12 @@ def triage_command(**given: Any) -> int:
     _check_report_name(report)
     check_pids_exist(o["pid"])
     from vllmdiag.registry import opt_in
+    from vllmdiag.runtime.options import collect_options
 
-    options: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": o["nccl_ras"],
-                               "probe_request": o["probe_request"], **opt_in(o["enable"] or [])}
-    if o["no_boost"]:
-        options["boost"] = False
-    if watch:
-        options["watch_s"] = watch
+    # --pid travels as triage's own argument (api.triage adds it: the snapshot's key order as always).
+    options = collect_options(native=native, nonblocking=nonblocking, nccl_ras=o["nccl_ras"],
+                              probe_request=o["probe_request"], enable=opt_in(o["enable"] or []),
+                              no_boost=o["no_boost"], watch_s=watch)
     from vllmdiag.cli.progress_line import WatchBar
 
     _verbose(o["verbose"])

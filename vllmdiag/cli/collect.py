@@ -56,17 +56,12 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     from vllmdiag.api import collect_confirmed as collect
     from vllmdiag.registry import opt_in
+    from vllmdiag.runtime.options import collect_options
 
-    options = {"native": args.native, "nonblocking": args.nonblocking, "nccl_ras": args.nccl_ras,
-               "preflight": args.preflight}
-    if args.pid:
-        options["pids"] = args.pid
-    if args.node:
-        options["node"] = args.node
-    if args.no_boost:
-        options["boost"] = False
     try:
-        options.update(opt_in(args.enable or []))
+        options = collect_options(native=args.native, nonblocking=args.nonblocking, nccl_ras=args.nccl_ras,
+                                  preflight=args.preflight, enable=opt_in(args.enable or []), pids=args.pid,
+                                  node=args.node, no_boost=args.no_boost)
         snap = collect(probes=args.probe, options=options, budget_s=args.budget, confirm_s=args.confirm,
                        origin=origin, on_window=lambda: _say_confirming(origin + max(args.budget, args.confirm)))
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code

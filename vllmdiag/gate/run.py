@@ -54,7 +54,7 @@ def gate_budget(cfg: GateConfig, url: str | None) -> float:
 def collect_for_gate(cfg: GateConfig, url: str | None = None, ctx: Context | None = None,
                      origin: float | None = None) -> Snapshot:
     ctx = ctx or Context()
-    ctx.options.update(gate_options(cfg, url))
+    ctx.options = ctx.options.merged(gate_options(cfg, url))
     registry = dict(discover())
     names = [n for n in WANTED if n in registry] + ["preflight"]
     budget = gate_budget(cfg, url)

@@ -29,16 +29,16 @@ def spec(health_timeout_s: float, completion_deadline_s: float) -> ProbeSpec:
 
 
 def collect(ctx: Context) -> dict[str, Any]:
-    url = ctx.options.get("gate_url")
+    url = ctx.options.gate_url
     if not url:
         raise Skip("no --url given")
-    short = float(ctx.options.get("gate_health_timeout_s", 3.0))
+    short = float(ctx.options.gate_health_timeout_s)
     health = call(url, "GET", "/health", None, short)
     metrics = call(url, "GET", "/metrics", None, short)
     metrics["counts"] = parse_metrics(metrics.pop("body", ""))
     if "dropped" in metrics["counts"]:  # kept beside the numbers, which stay numbers
         metrics["dropped"] = metrics["counts"].pop("dropped")
-    model = ctx.options.get("gate_model")
+    model = ctx.options.gate_model
     models: dict[str, Any] = {}
     if not model:
         models = call(url, "GET", "/v1/models", None, short)
@@ -46,7 +46,7 @@ def collect(ctx: Context) -> dict[str, Any]:
     payload = {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0, "stream": False}
     completion: dict[str, Any] = {"skipped": "no model name (set url.model in the gate config)"}
     if model:
-        deadline = float(ctx.options.get("gate_completion_deadline_s", 10.0))
+        deadline = float(ctx.options.gate_completion_deadline_s)
         completion = call(url, "POST", "/v1/completions", payload, deadline)
         completion["choices"] = count_choices(completion.pop("body", ""))
         completion["deadline_s"] = deadline

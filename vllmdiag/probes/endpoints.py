@@ -38,7 +38,7 @@ ZMQ_TCP_ROLES = {"api_server", "api_server_child", "engine_core", "dp_coordinato
 
 
 def collect(ctx: Context) -> dict[str, Any] | Partial:
-    procs = scope(ctx.data("processes").get("processes", []), ctx.options.get("pids"))
+    procs = scope(ctx.data("processes").get("processes", []), ctx.options.pids)
     pids = {p["pid"] for p in procs}
     socks = ctx.data("sockets")
     seen = ctx.result("sockets")
@@ -196,7 +196,7 @@ def check_all(ctx: Context, targets: list[tuple[str, str, list[int], str]],
     budget = min(ctx.remaining(), ZMTP_BUDGET_S) - 0.2
     # libzmq answers a greeting from its own I/O thread, even when the Python above it is stuck, so
     # a live local listener answers in milliseconds: the first look is short.
-    first = float(ctx.options.get("zmtp_timeout_s", FIRST_WAIT_S))
+    first = float(FIRST_WAIT_S if ctx.options.zmtp_timeout_s is None else ctx.options.zmtp_timeout_s)
     with ThreadPoolExecutor(max_workers=min(16, len(targets)), thread_name_prefix="zmtp") as pool:
         results = _round(pool, targets, first, budget, cut_short=True)
         # Under load (2 cores at load 5) a healthy endpoint missed 0.25 s and became a false finding

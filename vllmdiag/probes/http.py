@@ -52,16 +52,16 @@ _NAME = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{)?")
 
 def collect(ctx: Context) -> dict[str, Any] | Partial:
     start = time.monotonic()
-    procs = scope(ctx.data("processes").get("processes", []), ctx.options.get("pids"))
+    procs = scope(ctx.data("processes").get("processes", []), ctx.options.pids)
     api = [p for p in procs if p.get("role") in API_ROLES]
     if not api:
         raise Skip("no vLLM API server process (offline LLM engine, or no deployment)")
     socks = ctx.data("sockets")
     servers = find_servers(socks, {p["pid"] for p in api}, _readlink(ctx.proc("self", "ns", "net")),
                            {p["pid"]: http_port(p) for p in api})
-    # options["cheap"]: the watcher's pass every few seconds wants /metrics twice and nothing else
+    # options.cheap: the watcher's pass every few seconds wants /metrics twice and nothing else
     # (no /health, no client queues): the rest is for the triage a stall opens.
-    cheap = bool(ctx.options.get("cheap"))
+    cheap = ctx.options.cheap
     out: dict[str, Any] = {"api_servers": [] if cheap else [_api_info(ctx, p, socks) for p in api], "servers": servers}
     _mark_stopped(servers, api)
     gets = [s for s in servers if s["same_netns"] and "not_asked" not in s]
@@ -106,8 +106,8 @@ def _two_samples(ctx: Context, servers: list[dict[str, Any]], gets: list[dict[st
     for s in gets:
         if not cheap:
             s["health"] = get(s["host"], s["port"], "/health", step)
-        if ctx.options.get("probe_request"):
-            limit = float(ctx.options.get("probe_request_timeout_s", 8.0))
+        if ctx.options.probe_request:
+            limit = float(ctx.options.probe_request_timeout_s)
             s["probe_request"] = probe_request(s, min(limit, ctx.remaining() - RESERVE_S))
     # Second sample near the end of the triage (samplers overlap the slow probes), at least MIN_GAP_S later.
     end = min(start + SPEC.timeout_s, t0 + ctx.remaining()) - RESERVE_S

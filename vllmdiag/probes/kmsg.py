@@ -32,7 +32,7 @@ _XID = re.compile(r"Xid \(PCI:([0-9a-fA-F:.]+)\):\s*(\d+)(?:,\s*pid=(\d+|'<unkno
 
 
 def collect(ctx: Context) -> dict[str, Any]:
-    path = str(ctx.options.get("kmsg_path") or "/dev/kmsg")
+    path = str(ctx.options.kmsg_path or "/dev/kmsg")
     try:
         lines, source = _read_kmsg(path), "kmsg"
     except PermissionError as exc:

@@ -28,7 +28,7 @@ _PROC = re.compile(r"Process (\d+) on node (\S+)")
 
 
 def collect(ctx: Context) -> dict[str, Any]:
-    host, port = str(ctx.options.get("nccl_ras_host") or "localhost"), int(ctx.options.get("nccl_ras_port") or PORT)
+    host, port = str(ctx.options.nccl_ras_host or "localhost"), int(ctx.options.nccl_ras_port or PORT)
     deadline = time.monotonic() + min(SPEC.timeout_s - 1, ctx.remaining())
     try:
         text, server_protocol = query(host, port, deadline)

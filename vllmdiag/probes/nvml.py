@@ -42,7 +42,7 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     if not driver_visible(ctx):
         raise Skip(f"NVML unavailable (no NVIDIA GPU or driver here: no {ctx.proc('driver', 'nvidia')}, "
                    f"{' or '.join(DRIVER_DEVICES)}); NVML not started")
-    timeout = float(ctx.options.get("nvml_timeout_s") or CHILD_TIMEOUT_S)
+    timeout = float(ctx.options.nvml_timeout_s or CHILD_TIMEOUT_S)
     res = ctx.run([sys.executable, "-m", "vllmdiag.probes._nvml_child"], timeout)
     if res.error:
         raise Skip(f"cannot start the NVML child: {res.error}")

@@ -19,14 +19,14 @@ from vllmdiag.probe import ProbeSpec
 from vllmdiag.probes._procfs import list_pids, parse_environ, read_text, readlink  # see _owners: a miss is nothing
 
 SPEC = ProbeSpec(name="preflight", layer="host", description="limits, py-spy, listening ports, env, rpc base dir",
-                 default=False,  # gate-only: enabled by options["preflight"] (vllmdiag gate, sweep --gate)
+                 default=False,  # gate-only: enabled by options.preflight (vllmdiag gate, sweep --gate)
                  timeout_s=4.0)
 ENV_KEEP = ("VLLM_", "NCCL_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "TORCH_NCCL")
 MAX_SOCKET_FILES = 4096
 
 
 def collect(ctx: Context) -> dict[str, Any]:
-    ports = set(ctx.options.get("gate_ports") or [])
+    ports = set(ctx.options.gate_ports)
     listening = listening_tcp(ctx)
     _owners(ctx, [s for s in listening if s["port"] in ports])
     environ = "\0".join(f"{k}={v}" for k, v in os.environ.items())
@@ -77,7 +77,7 @@ def _owners(ctx: Context, rows: list[dict[str, Any]]) -> None:
 
 def cgroup_pids(ctx: Context) -> dict[str, Any] | None:
     """Tightest pids.max of our cgroup and its ancestors (v2 unified, or the v1 pids controller)."""
-    sys_root = Path(ctx.options.get("sys_root", "/sys"))
+    sys_root = Path(ctx.options.sys_root)
     base, rel = None, None
     for line in (read_text(ctx.proc("self/cgroup")) or "").splitlines():
         hid, controllers, path = (line.split(":", 2) + ["", ""])[:3]

@@ -228,9 +228,9 @@ Reads = tuple[list[dict[str, Any]], str | None, str | ProcMiss | None, str | Non
 
 def _reads(ctx: Context, base: Path, role: str | None) -> Reads:
     """(threads, status, environ, limits, fds, denied markers) of one process: what a pass may skip."""
-    # options["cheap"]: the watcher's pass every few seconds needs states, CPU times and the tree;
+    # options.cheap: the watcher's pass every few seconds needs states, CPU times and the tree;
     # per-thread, fd, limit and environment reads (all but a deployment root's) are for triage.
-    cheap = bool(ctx.options.get("cheap"))
+    cheap = ctx.options.cheap
     threads = [] if cheap else _threads(base / "task")
     status = None if cheap else read_proc(base / "status")
     environ = read_proc(base / "environ") if not cheap or role in CHEAP_ENV_ROLES else None

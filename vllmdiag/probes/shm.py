@@ -77,7 +77,7 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
     by_key = {(s["dev"], s["inode"]): s for s in segments}
     others_blind = 0
     # The watcher's cheap pass leaves leak questions (every other process's maps) to triage.
-    if any((s["dev"], s["inode"]) not in mappers for s in segments) and not ctx.options.get("cheap"):
+    if any((s["dev"], s["inode"]) not in mappers for s in segments) and not ctx.options.cheap:
         # A segment not mapped by vLLM may still be someone else's live segment (a DataLoader):
         # look at every other process before anyone calls it leaked.
         mine = {p["pid"] for p in procs}

@@ -23,7 +23,7 @@ SO_ACCEPTCON = 0x10000
 
 def collect(ctx: Context) -> dict[str, Any] | Partial:
     procs = ctx.data("processes").get("processes", [])
-    if ctx.options.get("cheap"):  # the watcher only needs the API servers' HTTP listeners
+    if ctx.options.cheap:  # the watcher only needs the API servers' HTTP listeners
         procs = [p for p in procs if p.get("role") in ("api_server", "api_server_child")]
     owners: dict[int, list[int]] = {}
     netns_pids: dict[str, list[int]] = {}
@@ -77,7 +77,7 @@ def collect(ctx: Context) -> dict[str, Any] | Partial:
 
 
 def _read_unix(ctx: Context, pid: int) -> str | ProcMiss:
-    if ctx.options.get("cheap"):  # the HTTP listener is TCP; net/unix lists every socket of the host
+    if ctx.options.cheap:  # the HTTP listener is TCP; net/unix lists every socket of the host
         return "" if ctx.proc(pid).exists() else GONE
     return read_proc(ctx.proc(pid, "net/unix"))
 

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -44,14 +44,14 @@ CAP_SYS_PTRACE = 19
 
 
 def collect(ctx: Context) -> dict[str, Any] | Partial:
-    native, nonblocking = bool(ctx.options.get("native")), bool(ctx.options.get("nonblocking"))
+    native, nonblocking = ctx.options.native, ctx.options.nonblocking
     if native and nonblocking:
         raise Skip("--native and --nonblocking cannot be combined (native unwinding needs the target stopped)")
     exe = find_py_spy()
     if exe is None:
         raise Skip(f"py-spy not found on PATH or next to {sys.executable}; pip install py-spy")
-    targets = select_targets(ctx.data("processes"), ctx.options.get("pids"))
-    only = ctx.options.get("stack_pids")  # the orchestrator's second look at a few processes
+    targets = select_targets(ctx.data("processes"), ctx.options.pids)
+    only = ctx.options.stack_pids  # the orchestrator's second look at a few processes
     if only:
         targets = [p for p in targets if p["pid"] in set(only)]
     blocked = {p["pid"]: why for p in targets if (why := ptrace_block(ctx, p)) is not None}
@@ -161,7 +161,7 @@ def find_py_spy() -> str | None:
     return shutil.which("py-spy")
 
 
-def select_targets(processes: dict[str, Any], pids: list[int] | None) -> list[dict[str, Any]]:
+def select_targets(processes: dict[str, Any], pids: Sequence[int] | None) -> list[dict[str, Any]]:
     # "vllm_mapped": an untitled Python mapping vLLM's kernels (an in-process engine, processes.py)
     procs = [p for p in processes.get("processes", []) if (p.get("role") in DUMP_ROLES or
              p.get("selected_as") == "vllm_mapped") and p.get("pid") != processes.get("self_pid")]

@@ -109,7 +109,7 @@ def _child(wfd: int, run: Any, ctx: Context, limits: dict[int, int] | None = Non
         # CLI that boosted itself passes its own state on; a resident watcher's triage boosts here.
         from vllmdiag.runtime import priority
 
-        prio = priority.boost(bool(ctx.options.get("boost", True)))
+        prio = priority.boost(ctx.options.boost)
         lock = threading.Lock()
 
         def emit(obj: dict[str, Any]) -> None:
@@ -224,10 +224,10 @@ def _assemble(lines: list[dict[str, Any]], killed: bool, all_names: Callable[[],
     names = all_names()  # the probes that should have answered (a broken probe module raises here, as before)
     for name in names:
         results.setdefault(name, ProbeResult("timeout" if killed else "error", round(elapsed, 4), why))
-    options = {k: v for k, v in ctx.options.items() if isinstance(v, (str, int, float, bool, list, dict))}
+    options = {k: v for k, v in ctx.options.to_dict().items() if isinstance(v, (str, int, float, bool, list, dict))}
     if prio is not None:
         options["priority"] = prio
-    return Snapshot(node=ctx.options.get("node") or socket.gethostname(), collected_at=started_at,
+    return Snapshot(node=ctx.options.node or socket.gethostname(), collected_at=started_at,
                     vllmdiag_version=__version__, duration_s=round(elapsed, 4),
                     probes={n: results[n] for n in names}, options={**options, "budget_s": budget_s})
 

@@ -41,17 +41,17 @@ def collect_snapshot(
     ctx.deadline = start + budget_s
     # Per-probe deadlines are sized for the default budget; a larger --budget (a loaded node) widens
     # them in proportion, or --budget 30 would still end the stacks at 6 s (issue 24).
-    ctx.stretch = max(1.0, (budget_s - float(ctx.options.get("watch_s") or 0.0)) / DEFAULT_BUDGET_S)
+    ctx.stretch = max(1.0, (budget_s - float(ctx.options.watch_s or 0.0)) / DEFAULT_BUDGET_S)
     chosen = select(registry if registry is not None else discover(), probes, enable or set())
     results = _run_all(ctx, chosen)
     return Snapshot(
-        node=node or ctx.options.get("node") or socket.gethostname(),
+        node=node or ctx.options.node or socket.gethostname(),
         collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
         vllmdiag_version=__version__,
         duration_s=round(time.monotonic() - start, 4),
         probes={name: results[name] for name in chosen},
         # budget_s rides along so a report can say what the collection was allowed (incident header).
-        options={**{k: v for k, v in ctx.options.items() if _jsonable(v)}, "budget_s": budget_s},
+        options={**{k: v for k, v in ctx.options.to_dict().items() if _jsonable(v)}, "budget_s": budget_s},
     )
 
 
@@ -61,7 +61,7 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
     lock = threading.Lock()
     non_samplers = [n for n, p in chosen.items() if not p.spec.sampler]
     # --watch: samplers keep observing at least this long, so rates cover a longer window.
-    watch_s = float(ctx.options.get("watch_s") or 0.0)
+    watch_s = float(ctx.options.watch_s or 0.0)
     watch_until = time.monotonic() + watch_s
 
     def worker(name: str, probe: Probe) -> None:

@@ -11,11 +11,12 @@ Two kinds, both stored in the snapshot so ``analyze`` of a saved file reaches th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vllmdiag.context import Context
 from vllmdiag.model import Snapshot
+from vllmdiag.runtime.options import CollectOptions, as_options
 
 SETTLE_S = 0.3  # a decode step takes 10-100 ms: a picture still there 0.3 s later is not in passing
 PASS_PROBES = ["processes", "shm", "rings", "sockets", "http", "stacks"]
@@ -28,6 +29,7 @@ KEEP_PROC_KEYS = ("pid", "ppid", "pgid", "role", "name", "ranks", "state", "titl
                   "cpu_system_s", "io")  # io: an in-process engine's only counter (its output; progress.py)
 Collect = Callable[..., Snapshot]
 Tick = Callable[[float, float], None]
+Given = CollectOptions | Mapping[str, Any]  # the typed options, or their dict form (a test's)
 
 
 def fresh_context(ctx: Context | None) -> Context | None:
@@ -37,7 +39,7 @@ def fresh_context(ctx: Context | None) -> Context | None:
     return Context(proc_root=ctx.proc_root, dev_shm=ctx.dev_shm, rpc_base=ctx.rpc_base, title_prefix=ctx.title_prefix)
 
 
-def resample(snap: Snapshot, pids: list[int], collect: Collect, options: dict[str, Any], ctx: Context | None,
+def resample(snap: Snapshot, pids: list[int], collect: Collect, options: Given, ctx: Context | None,
              waited_s: float, budget_s: float = PASS_BUDGET_S) -> None:
     """Dump ``pids`` again and store each dump as the ``resample`` of the first pass's dump."""
     by_pid = {d.get("pid"): d for d in snap.data("stacks").get("dumps", []) if isinstance(d, dict)}
@@ -46,7 +48,7 @@ def resample(snap: Snapshot, pids: list[int], collect: Collect, options: dict[st
         return
     time.sleep(max(0.0, SETTLE_S - waited_s))
     start = time.monotonic()
-    again = collect(probes=["stacks"], options={**pass_options(options), "stack_pids": pids}, budget_s=budget_s,
+    again = collect(probes=["stacks"], options=pass_options(options).merged({"stack_pids": pids}), budget_s=budget_s,
                     ctx=fresh_context(ctx))
     after = round(max(SETTLE_S, waited_s) + (time.monotonic() - start) / 2, 3)
     for d in again.data("stacks").get("dumps", []):
@@ -56,7 +58,7 @@ def resample(snap: Snapshot, pids: list[int], collect: Collect, options: dict[st
 
 
 def watch(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Callable[[Snapshot], bool],
-          collect: Collect, options: dict[str, Any], ctx: Context | None, tick: Tick | None = None,
+          collect: Collect, options: Given, ctx: Context | None, tick: Tick | None = None,
           started: float | None = None, only: list[str] | None = None) -> None:
     """Follow-up passes of the deployments rooted at ``roots`` until something moves or the window ends.
     The window counts from ``started`` (triage's start: the quick pass already watched), so a stalled
@@ -72,7 +74,7 @@ def watch(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Cal
             # least: a loaded box can spend the whole window on the quick pass.)
             break
         t0 = time.monotonic()
-        nxt = collect(probes=probes, options={**pass_options(options), "pids": roots, "confirm_pass": True},
+        nxt = collect(probes=probes, options=pass_options(options).merged({"pids": roots, "confirm_pass": True}),
                       budget_s=min(PASS_BUDGET_S, max(MIN_PASS_S, left)), ctx=fresh_context(ctx))
         snap.passes.append(slim(nxt))
         last_s = max(MIN_PASS_S, time.monotonic() - t0)
@@ -86,10 +88,10 @@ def watch(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Cal
                                "passes": len(snap.passes), "stopped": stopped}
 
 
-def pass_options(options: dict[str, Any]) -> dict[str, Any]:
+def pass_options(options: Given) -> CollectOptions:
     """A follow-up pass repeats the cheap looks only: no --watch stretch, no second completion request,
     no second NCCL RAS query, no gate facts."""
-    return {k: v for k, v in options.items() if k not in ("watch_s", "probe_request", "nccl_ras", "preflight")}
+    return as_options(options).without("watch_s", "probe_request", "nccl_ras", "preflight")
 
 
 def slim(snap: Snapshot) -> Snapshot:
