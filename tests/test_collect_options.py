@@ -43,3 +43,22 @@ def test_a_context_given_a_dict_reads_typed_and_a_follow_up_pass_drops_the_one_s
     assert isinstance(ctx.options, CollectOptions) and ctx.options.kmsg_path == "/x"
     assert Context().options == CollectOptions()
     assert pass_options(ctx.options).to_dict() == {"kmsg_path": "/x"}
+
+
+def test_what_the_collection_did_is_written_under_its_old_keys_and_read_back_typed() -> None:
+    from vllmdiag.model import Snapshot
+    from vllmdiag.runtime.record import Collected, ConfirmWindow, note
+
+    snap = Snapshot(node="n", collected_at="t", vllmdiag_version="v", duration_s=0.1, options={"native": True})
+    note(snap, budget_s=7.5)
+    note(snap, priority={"policy": "SCHED_OTHER"}, resample="skipped: 0.1 s left")
+    note(snap, startup_s=0.25, command_budget_s=8.0)  # written in FACTS order, whatever the call's order
+    note(snap, confirm=ConfirmWindow(requested_s=10.0, watched_s=3.2, passes=4, stopped="moved"))
+    assert list(snap.options) == ["native", "budget_s", "priority", "resample", "command_budget_s", "startup_s",
+                                  "confirm"]
+    assert snap.options["confirm"] == {"requested_s": 10.0, "watched_s": 3.2, "passes": 4, "stopped": "moved"}
+    did = Collected.read(snap)
+    assert did.confirm == ConfirmWindow(10.0, 3.2, 4, "moved") and did.startup_s == 0.25 and did.budget_s == 7.5
+    old = Collected.read(Snapshot(node="n", collected_at="t", vllmdiag_version="v", duration_s=0.1,
+                                  options={"confirm": {"requested_s": "x"}, "startup_s": "soon", "budget_s": True}))
+    assert old == Collected()  # an older or odd writer's values read as absent, never a crash

@@ -13,6 +13,7 @@ from vllmdiag.context import Context
 from vllmdiag.errors import EXIT_HEALTHY, EXIT_INCONCLUSIVE, EXIT_NO_DEPLOYMENT, EXIT_PROBLEM
 from vllmdiag.model import Snapshot, SnapshotError, strict_json
 from vllmdiag.runtime.options import CollectOptions, as_options
+from vllmdiag.runtime.record import Collected, note
 from vllmdiag.runtime.runner import DEFAULT_BUDGET_S, collect_snapshot
 
 # What a caller may pass as ``options``: the typed object the doors build, or its dict form (tests, the watcher).
@@ -97,7 +98,7 @@ def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
         started = time.monotonic() - max(0.0, budget_s - LATE_COLLECT_S - deadline.AFTER_S)
     snap = collect_node(probes=probes, options=opts, budget_s=deadline.collector_budget(budget_s, started), ctx=ctx,
                         until=started + budget_s - deadline.AFTER_S)
-    snap.options.update(command_budget_s=budget_s, startup_s=round(startup, 3))
+    note(snap, command_budget_s=budget_s, startup_s=round(startup, 3))
     last_word = started + budget_s + deadline.LAST_WORD_S - RENDER_S
     try:
         with deadline.guard(last_word if guarded else None):
@@ -134,9 +135,10 @@ def out_of_time(snap: Snapshot, budget_s: float, phase: str) -> Report:
     from vllmdiag.model import Report, Verdict
 
     missing = [f"{name} {res.status}" for name, res in sorted(snap.probes.items()) if res.status not in ("ok", "partial")]
-    prio = snap.options.get("priority") or {}
+    did = Collected.read(snap)
+    prio = did.priority or {}
     why = (f"The {budget_s:g} s budget ran out during the {phase} (the node is starved of CPU: start-up took "
-           f"{snap.options.get('startup_s', '?')} s, collection {snap.duration_s:.1f} s; "
+           f"{'?' if did.startup_s is None else did.startup_s} s, collection {snap.duration_s:.1f} s; "
            f"priority {prio.get('policy', 'unknown')})" + (f"; probes not complete: {', '.join(missing)}" if missing else "")
            + ".")
     fix = ("Re-run with a larger --budget (e.g. --budget 30), as root so vllmdiag can take SCHED_FIFO for its short "
@@ -158,10 +160,12 @@ def spent_in_startup(options: CollectOptions, budget_s: float, startup: float) -
     # The processes probe stands for all: blind, never "no deployment" (vllmdiag analyze of the saved file).
     blind = ProbeResult("timeout", 0.0, f"not run: the {budget_s:g} s budget was spent in start-up ({startup:.1f} s "
                         f"at {priority.state().get('policy', 'normal')} priority)")
-    return Snapshot(node=socket.gethostname(), vllmdiag_version=__version__, duration_s=0.0, probes={"processes": blind},
+    snap = Snapshot(node=socket.gethostname(), vllmdiag_version=__version__, duration_s=0.0, probes={"processes": blind},
                     collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
-                    options={**options.to_dict(), "command_budget_s": budget_s, "startup_s": round(startup, 3),
-                             "priority": priority.state(), "collected": "nothing: the budget was spent in start-up"})
+                    options=options.to_dict())
+    note(snap, command_budget_s=budget_s, startup_s=round(startup, 3))
+    note(snap, priority=priority.state(), collected="nothing: the budget was spent in start-up")  # in this order, as always
+    return snap
 
 
 def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, started: float,
@@ -203,7 +207,7 @@ def collect_confirmed(*, probes: list[str] | None = None, options: Options = Non
     startup = _since(started)
     snap = collect_node(probes=probes, options=options, budget_s=deadline.collector_budget(budget_s, started),
                         until=started + budget_s - deadline.AFTER_S)
-    snap.options.update(command_budget_s=budget_s, startup_s=round(startup, 3))
+    note(snap, command_budget_s=budget_s, startup_s=round(startup, 3))
     if confirm_s <= 0:
         return snap
     try:
@@ -212,7 +216,7 @@ def collect_confirmed(*, probes: list[str] | None = None, options: Options = Non
         pids = as_options(options).pids
         report = analyze([snap], set(pids) if pids else None)
     except (ImportError, OSError, ValueError) as exc:
-        snap.options["confirm"] = f"skipped: {type(exc).__name__}: {exc}"
+        note(snap, confirm=f"skipped: {type(exc).__name__}: {exc}")
         return snap
     watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=options,
                      opening=on_window)
@@ -243,19 +247,19 @@ def collect_node(*, probes: list[str] | None = None, options: Options = None,
     if left() < second_look.MIN_RESAMPLE_S:
         # No room for a second look, so no choosing one either: that is analysis, and on a starved node
         # (--no-boost under load) it took seconds past the budget before the verdict's own guard began.
-        snap.options["resample"] = f"skipped: {max(0.0, left()):.1f} s of the budget left for a second look"
+        note(snap, resample=f"skipped: {max(0.0, left()):.1f} s of the budget left for a second look")
         return snap
     try:
         from vllmdiag.analysis.contract import second_look_pids
 
         again = second_look_pids(snap)
     except (ImportError, OSError, ValueError) as exc:  # rules missing or unreadable: say so, keep the pass
-        snap.options["resample"] = f"skipped: {type(exc).__name__}: {exc}"
+        note(snap, resample=f"skipped: {type(exc).__name__}: {exc}")
         return snap
     if again:
         room = left()
         if room < second_look.MIN_RESAMPLE_S:
-            snap.options["resample"] = f"skipped: {max(0.0, room):.1f} s of the budget left for it"
+            note(snap, resample=f"skipped: {max(0.0, room):.1f} s of the budget left for it")
             return snap
         second_look.resample(snap, again, collect, as_options(options), quick_ctx, time.monotonic() - done_at,
                          budget_s=min(second_look.PASS_BUDGET_S, room))

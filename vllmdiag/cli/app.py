@@ -166,6 +166,7 @@ def triage_command(**given: Any) -> int:
     check_pids_exist(o["pid"])
     from vllmdiag.registry import opt_in
     from vllmdiag.runtime.options import collect_options
+    from vllmdiag.runtime.record import Collected
 
     # --pid travels as triage's own argument (api.triage adds it: the snapshot's key order as always).
     options = collect_options(native=native, nonblocking=nonblocking, nccl_ras=o["nccl_ras"],
@@ -184,9 +185,10 @@ def triage_command(**given: Any) -> int:
     # What a `watch` on this node saw (its stall's onset, evidence), said before our verdict; after the look,
     # so that a usage error stays the one line it is.
     say_remembered(sys.stderr)
-    window = confirm if any(s.options.get("confirm") for s in result.report.snapshots) else 0.0
+    did = [Collected.read(s) for s in result.report.snapshots]
+    window = confirm if any(d.confirm for d in did) else 0.0
     by = origin + max(budget + watch, window) + deadline.LAST_WORD_S - 0.05
-    if any(float(s.options.get("startup_s") or 0.0) >= budget + watch for s in result.report.snapshots):
+    if any((d.startup_s or 0.0) >= budget + watch for d in did):
         by = max(by, time.monotonic() + RENDER_S)  # a start past the budget (api.triage): draw what was found
     return emit(result, json_out, report, o["save"], by=by)
 

@@ -29,6 +29,7 @@ from vllmdiag.registry import Probe, discover
 from vllmdiag.registry import select as select_probes
 from vllmdiag.runtime import lastword
 from vllmdiag.runtime.killtree import end_processes, kill_session, own_children
+from vllmdiag.runtime.record import note
 
 GRACE_S = 0.5  # after the budget: the child serializes and exits; killing sooner would lose good results
 REAP_S = 0.5  # how long to wait for the killed child (one in D state may never go)
@@ -124,7 +125,7 @@ def _child(wfd: int, run: Any, ctx: Context, limits: dict[int, int] | None = Non
                                                 "reason": res.reason, "data": res.data})
         emit({"priority": prio})
         snap = run()
-        snap.options["priority"] = prio
+        note(snap, priority=prio)
         # A probe abandoned at its deadline may have left a subprocess (py-spy on a D-state target):
         # nothing we started outlives the collection, and a target its kill left stopped is resumed.
         end_processes(own_children())
@@ -225,11 +226,12 @@ def _assemble(lines: list[dict[str, Any]], killed: bool, all_names: Callable[[],
     for name in names:
         results.setdefault(name, ProbeResult("timeout" if killed else "error", round(elapsed, 4), why))
     options = {k: v for k, v in ctx.options.to_dict().items() if isinstance(v, (str, int, float, bool, list, dict))}
-    if prio is not None:
-        options["priority"] = prio
-    return Snapshot(node=ctx.options.node or socket.gethostname(), collected_at=started_at,
+    snap = Snapshot(node=ctx.options.node or socket.gethostname(), collected_at=started_at,
                     vllmdiag_version=__version__, duration_s=round(elapsed, 4),
-                    probes={n: results[n] for n in names}, options={**options, "budget_s": budget_s})
+                    probes={n: results[n] for n in names}, options=options)
+    note(snap, priority=prio)  # the priority first, as the cut collection always wrote it
+    note(snap, budget_s=budget_s)
+    return snap
 
 
 def _reap(pid: int) -> None:

@@ -22,6 +22,7 @@ from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.probe import Partial, Skip
 from vllmdiag.redact import redact_text
 from vllmdiag.registry import Probe, discover, select
+from vllmdiag.runtime.record import note
 
 DEFAULT_BUDGET_S = 8.0
 DEFER_MAX_S = 0.3  # a deferred probe waits at most this long for the window to open (x ctx.stretch)
@@ -44,15 +45,16 @@ def collect_snapshot(
     ctx.stretch = max(1.0, (budget_s - float(ctx.options.watch_s or 0.0)) / DEFAULT_BUDGET_S)
     chosen = select(registry if registry is not None else discover(), probes, enable or set())
     results = _run_all(ctx, chosen)
-    return Snapshot(
+    snap = Snapshot(
         node=node or ctx.options.node or socket.gethostname(),
         collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
         vllmdiag_version=__version__,
         duration_s=round(time.monotonic() - start, 4),
         probes={name: results[name] for name in chosen},
-        # budget_s rides along so a report can say what the collection was allowed (incident header).
-        options={**{k: v for k, v in ctx.options.to_dict().items() if _jsonable(v)}, "budget_s": budget_s},
+        options={k: v for k, v in ctx.options.to_dict().items() if _jsonable(v)},
     )
+    note(snap, budget_s=budget_s)  # so a report can say what the collection was allowed (incident header)
+    return snap
 
 
 def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:

@@ -17,6 +17,7 @@ from typing import Any
 from vllmdiag.context import Context
 from vllmdiag.model import Snapshot
 from vllmdiag.runtime.options import CollectOptions, as_options
+from vllmdiag.runtime.record import ConfirmWindow, note
 
 SETTLE_S = 0.3  # a decode step takes 10-100 ms: a picture still there 0.3 s later is not in passing
 PASS_PROBES = ["processes", "shm", "rings", "sockets", "http", "stacks"]
@@ -84,8 +85,8 @@ def watch(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Cal
             stopped = "moved"
             break
         time.sleep(max(0.0, min(PASS_GAP_S - (time.monotonic() - t0), end - time.monotonic())))
-    snap.options["confirm"] = {"requested_s": confirm_s, "watched_s": round(time.monotonic() - start, 2),
-                               "passes": len(snap.passes), "stopped": stopped}
+    note(snap, confirm=ConfirmWindow(requested_s=confirm_s, watched_s=round(time.monotonic() - start, 2),
+                                     passes=len(snap.passes), stopped=stopped))
 
 
 def pass_options(options: Given) -> CollectOptions:
