@@ -17,8 +17,8 @@ from rich.console import Console
 from test_http_probe import api_proc, collect_http, start_server
 
 from vllmdiag.analysis.bisect import analyze as analyze_report
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.layers.client import requests as client
-from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.api import triage
 from vllmdiag.model import ProbeResult, Snapshot
 from vllmdiag.render import client_view
@@ -46,7 +46,7 @@ def snapshot(procs: list[dict[str, Any]], http_data: dict[str, Any]) -> Snapshot
 
 
 def analyze(snap: Snapshot) -> list[Any]:
-    return client.analyze(snap, find_deployments(snap))
+    return client.analyze(Facts.of(snap))
 
 
 @pytest.fixture

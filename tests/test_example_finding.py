@@ -16,6 +16,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,23 @@ def test_render_keeps_no_copy_of_the_ring_and_stack_decisions() -> None:
         source = (ROOT / "vllmdiag" / "render" / f"{name}.py").read_text()
         for decision in ('"engine_core"', 'get("readers")', '.evidence', '"gpu.stack_classes"', 'data("stacks")', '"dumps"'):
             assert decision not in source, f"render/{name}.py decides again: {decision}"
+
+
+def test_the_example_reads_the_rings_from_the_facts_derived_once(example: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contract is ``analyze(facts)``: the example derives no view itself, and the rings it reads are the
+    ones the queue layer's own analyzer read (analysis/facts.py derives them once per snapshot)."""
+    from vllmdiag.analysis import facts
+
+    fn = next(n for n in ast.parse(_block("python")).body if isinstance(n, ast.FunctionDef) and n.name == "analyze")
+    assert [a.arg for a in fn.args.args] == ["facts"]
+    called = {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "ring_roles" not in called, called
+    calls: list[str] = []
+    real = facts.ring_roles
+
+    def counted(snap: Snapshot, deps: list[Any]) -> list[Any]:
+        calls.append(snap.node)
+        return real(snap, deps)
+    monkeypatch.setattr(facts, "ring_roles", counted)
+    assert [f for f in _report().findings if f.code == CODE]
+    assert calls == ["vm"]  # one snapshot, one derivation, two analyzers (queue/ring_flow and the example)

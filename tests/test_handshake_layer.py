@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from vllmdiag.analysis.bisect import analyze as analyze_report
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.layers.handshake import startup as handshake
-from vllmdiag.analysis.views.deployments import find_deployments
 from vllmdiag.api import triage
 from vllmdiag.model import ProbeResult, Snapshot
 
@@ -51,7 +51,7 @@ def _snap(listeners: Sequence[tuple[str, list[int], int, str | None, str]], *, h
 
 
 def _findings(snap: Snapshot) -> dict[str, Any]:
-    return {f.code: f for f in handshake.analyze(snap, find_deployments(snap))}
+    return {f.code: f for f in handshake.analyze(Facts.of(snap))}
 
 
 HEALTHY = [(ROUTER, FORKED, 1, "ROUTER", "ok"), (PULL, FORKED, 1, "PULL", "ok"), (XPUB, [ENGINE, WORKER], 1, "XPUB", "ok")]

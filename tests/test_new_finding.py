@@ -27,24 +27,24 @@ MODULE = '''
 
 from __future__ import annotations
 
-from vllmdiag.analysis.views.deployments import Deployment
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.findings import finding
-from vllmdiag.analysis.views.stack_match import StackClass
-from vllmdiag.model import Finding, Snapshot
+from vllmdiag.model import Finding
 
 LAYER = "gpu"
 CODES = ("gpu.widget_stuck",)
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    return [finding("gpu.widget_stuck", LAYER, "info", snapshot, d, "widget seen", [], {}, []) for d in deployments]
+def analyze(facts: Facts) -> list[Finding]:
+    return [finding("gpu.widget_stuck", LAYER, "info", facts.snapshot, d, "widget seen", [], {}, [])
+            for d in facts.deployments]
 
 
-def second_look_pids(snapshot: Snapshot, deployments: list[Deployment], classes: dict[int, StackClass]) -> list[int]:
-    return [e["pid"] for d in deployments for e in d.engines]
+def second_look_pids(facts: Facts) -> list[int]:
+    return [e["pid"] for d in facts.deployments for e in d.engines]
 
 
-def keeps_window_open(snapshot: Snapshot, deployment_ids: set[str]) -> bool:
+def keeps_window_open(facts: Facts, deployment_ids: set[str]) -> bool:
     return bool(deployment_ids)
 '''
 

@@ -235,6 +235,7 @@ def test_a_decode_rank_polling_its_kv_connector_is_never_a_rank_stuck_alone(monk
     second look (a loaded CI run: `blocked/gpu, VLLM::Worker_TP1 stays in kv_transfer`): that is the
     decode instance waiting for its producer's KV, which the queue layer names after the confirm
     window; the gpu layer must not call it a stuck rank."""
+    from vllmdiag.analysis import facts as facts_module
     from vllmdiag.analysis.layers.gpu import lone_rank
     from vllmdiag.analysis.views import kv_wait as kv_wait_view
     from vllmdiag.analysis.views.deployments import find_deployments
@@ -256,7 +257,7 @@ def test_a_decode_rank_polling_its_kv_connector_is_never_a_rank_stuck_alone(monk
         if pid in out:
             out[pid] = dataclasses.replace(out[pid], name=KV_TRANSFER)
         return out
-    monkeypatch.setattr(lone_rank, "classify_snapshot", caught)
+    monkeypatch.setattr(facts_module, "classify_snapshot", caught)
     monkeypatch.setattr(kv_wait_view, "classify_snapshot", caught)
     mine = [d for d in find_deployments(snap) if d.root_pid == dep.root_pid]
     wait = kv_wait(snap, mine[0])
@@ -265,4 +266,4 @@ def test_a_decode_rank_polling_its_kv_connector_is_never_a_rank_stuck_alone(monk
     monkeypatch.setattr(lone_rank, "lone_rank", lambda procs, cls: rank)  # alone busy,
     monkeypatch.setattr(lone_rank, "held", lambda pid, first, again: True)  # held at the second look,
     monkeypatch.setattr(lone_rank, "rings_still", lambda snapshot, dep: True)  # rings still
-    assert [f.code for f in lone_rank.analyze(snap, mine)] == []
+    assert [f.code for f in lone_rank.analyze(facts_module.Facts.of(snap, mine))] == []

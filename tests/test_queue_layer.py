@@ -14,8 +14,10 @@ import pytest
 from test_rings_probe import DEV_SHM, collect, deployment_spec, segments_fixture, tree_fixture  # noqa: F401
 
 from vllmdiag.analysis.bisect import analyze, decide
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.layers.queue import ring_flow as queue
 from vllmdiag.analysis.views.deployments import find_deployments
+from vllmdiag.analysis.views.ring_roles import ring_roles
 from vllmdiag.model import Finding, Snapshot
 from vllmdiag.playbooks.playbook import load_playbooks, next_steps_for
 
@@ -39,7 +41,7 @@ def craft_rpc(path: Path, slots: list[tuple[int, ...]], chunk_mib: int = 16) -> 
 
 
 def queue_findings(snap: Snapshot) -> list[Finding]:
-    return queue.analyze(snap, find_deployments(snap))
+    return queue.analyze(Facts.of(snap))
 
 
 def only(findings: list[Finding], code: str) -> Finding:
@@ -58,7 +60,7 @@ def test_real_fixtures_blame_worker_tp2_not_the_engine(segments, tree) -> None:
                                                "tp-broadcaster-3readers-2read"))
     t = tree(deployment_spec(rpc, resp, bcast))
     snap = collect(t["prefix"])
-    roles = {r.name: r for r in queue.ring_roles(snap, find_deployments(snap))}
+    roles = {r.name: r for r in ring_roles(snap, find_deployments(snap))}
     pids = t["pids"]
     assert roles[rpc.name].role == "rpc_broadcast_mq" and pid_of(roles[rpc.name].writer) == pids["EngineCore"]
     assert [pid_of(p) for p in roles[rpc.name].readers] == [pids[f"Worker_TP{r}"] for r in range(4)]

@@ -125,6 +125,7 @@ def test_triage_and_gate_list_the_same_leftovers_of_a_killed_run(tmp_path: Path)
 
 def test_both_commands_judge_one_snapshot_alike() -> None:
     """The same shm data through triage's analyzer and the gate's check: same names, same order."""
+    from vllmdiag.analysis.facts import Facts
     from vllmdiag.analysis.layers.queue.ring_flow import analyze as queue_analyze
     from vllmdiag.model import Snapshot
 
@@ -133,7 +134,7 @@ def test_both_commands_judge_one_snapshot_alike() -> None:
     snap = Snapshot.from_dict({"schema_version": 1, "node": "n1", "probes": {
         "processes": {"status": "ok", "data": {"processes": []}},
         "shm": {"status": "ok", "data": {"segments": segs, "roots": []}}}})
-    (leak,) = [f for f in queue_analyze(snap, []) if f.code == "queue.shm_leaked"]
+    (leak,) = [f for f in queue_analyze(Facts(snap, [])) if f.code == "queue.shm_leaked"]
     gate = check_shm_leaks(snap, GateConfig())
     assert [s["name"] for s in leak.evidence["segments"]] == [s["name"] for s in gate.numbers["segments"]]
     assert {s["name"] for s in gate.numbers["segments"]} == set(LEFT)
@@ -144,6 +145,7 @@ def test_both_commands_judge_one_snapshot_alike() -> None:
 
 def test_the_gate_is_unsure_where_triage_is() -> None:
     """Maps it could not read: both list the same segments, neither calls them surely leaked."""
+    from vllmdiag.analysis.facts import Facts
     from vllmdiag.analysis.layers.queue.ring_flow import analyze as queue_analyze
     from vllmdiag.model import Snapshot
 
@@ -152,7 +154,7 @@ def test_the_gate_is_unsure_where_triage_is() -> None:
     snap = Snapshot.from_dict({"schema_version": 1, "node": "n1", "probes": {
         "processes": {"status": "ok", "data": {"processes": []}},
         "shm": {"status": "ok", "data": {"segments": segs, "roots": [], "unreadable_other_pids": 3}}}})
-    (leak,) = [f for f in queue_analyze(snap, []) if f.code == "queue.shm_leaked"]
+    (leak,) = [f for f in queue_analyze(Facts(snap, [])) if f.code == "queue.shm_leaked"]
     gate = check_shm_leaks(snap, GateConfig())
     assert leak.severity == "info" and "Unsure" in leak.message and not leak.culprits
     assert gate.status == "warn" and "unsure" in gate.reason and gate.numbers["unreadable_maps"] == 3

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllmdiag.analysis.contract import analyzers
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.report_model import deployment_reports
-from vllmdiag.analysis.views.deployments import Deployment, find_deployments
+from vllmdiag.analysis.views.deployments import Deployment
 from vllmdiag.model import LAYERS, DeploymentReport, Finding, Report, Snapshot, SnapshotError, Verdict
 
 STATUS_RANK = {"healthy": 0, "no-deployment": 1, "starting": 2, "inconclusive": 3, "degraded": 4, "blocked": 5}
@@ -27,16 +28,18 @@ class Judged:
 
 def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[list[Judged], list[Finding]]:
     try:
-        deployments = find_deployments(snapshot)
+        facts = Facts.of(snapshot)  # every fact derived once, shared by every analyzer (analysis/facts.py)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise SnapshotError(f"{snapshot.node}: malformed process data ({type(exc).__name__}: {exc})") from None
     if pids:
-        deployments = [d for d in deployments if d.pids & pids or d.root_pid in pids or _started_by(snapshot, d, pids)]
+        facts.deployments = [d for d in facts.deployments if d.pids & pids or d.root_pid in pids
+                             or _started_by(snapshot, d, pids)]
+    deployments = facts.deployments
     findings: list[Finding] = []
     for module in analyzers():  # found by folder: analysis/layers/<layer>/ (analysis/contract.py)
         layer = module.LAYER
         try:
-            findings.extend(module.analyze(snapshot, deployments))
+            findings.extend(module.analyze(facts))
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             # Probe data comes from untrusted files too: wrong shapes are bad input, not a crash.
             raise SnapshotError(f"{snapshot.node}: cannot analyze the {layer} layer: malformed probe data "

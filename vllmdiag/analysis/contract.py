@@ -4,16 +4,18 @@ A module in ``analysis/layers/<layer>/`` *is* an analyzer (as sos finds its plug
 by name; ``registry.discover_modules``, as every extension point). It has:
 
 - ``LAYER``: its layer, the folder's name; ``CODES``: every finding code it may emit (each with a
-  playbook); ``analyze(snapshot, deployments) -> list[Finding]``;
+  playbook); ``analyze(facts) -> list[Finding]``, ``facts`` the snapshot's ``Facts``
+  (``analysis/facts.py``: deployments, stack classes and the second look, rings, progress, each derived
+  once per snapshot and shared by every analyzer);
 - optionally ``ORDER`` (default 100): where it runs among its layer's analyzers (first findings
   lead a verdict);
 - optionally the hooks the orchestrator (``vllmdiag/api.py``, ``vllmdiag/runtime/second_look.py``) walks:
-  ``second_look_pids(snapshot, deployments, classes)``: the processes whose first stack picture
-  would be a hang if it held, so they are dumped again a moment later; and
-  ``keeps_window_open(snapshot, deployment_ids)``: its suspicion holds in this snapshot and its
+  ``second_look_pids(facts)``: the processes whose first stack picture would be a hang if it held,
+  so they are dumped again a moment later; and
+  ``keeps_window_open(facts, deployment_ids)``: its suspicion holds in this snapshot and its
   confirm passes although the rings move (a held grammar compile steps empty batches).
 
-``analyze`` reads derived views from ``analysis/views/`` and never another analyzer's internals.
+``analyze`` reads ``Facts`` and derived views from ``analysis/views/``, never another analyzer's internals.
 Cross-node group checks are found the same way: every module in ``analysis/across_nodes/checks/`` has
 ``CODES``, ``check_group(group, snapshots, failed) -> list[Finding]`` and optionally ``ORDER``
 (``group_checks``); ``analysis/across_nodes/analyze_nodes.py`` runs them on each group spanning nodes.
@@ -26,8 +28,7 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Protocol
 
-from vllmdiag.analysis.views.deployments import Deployment, find_deployments
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.model import LAYERS, Finding, Snapshot
 from vllmdiag.registry import discover_modules
 
@@ -42,16 +43,15 @@ class Analyzer(Protocol):
     LAYER: str
     CODES: tuple[str, ...]
 
-    def analyze(self, snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]: ...
+    def analyze(self, facts: Facts) -> list[Finding]: ...
 
 
 class SecondLookHook(Protocol):
-    def __call__(self, snapshot: Snapshot, deployments: list[Deployment],
-                 classes: dict[int, StackClass]) -> Iterable[int]: ...
+    def __call__(self, facts: Facts) -> Iterable[int]: ...
 
 
 class WindowHook(Protocol):
-    def __call__(self, snapshot: Snapshot, deployment_ids: set[str]) -> bool: ...
+    def __call__(self, facts: Facts, deployment_ids: set[str]) -> bool: ...
 
 
 @lru_cache(maxsize=1)
@@ -87,22 +87,22 @@ def layer_analyzers() -> list[tuple[str, Analyzer]]:
 def second_look_pids(snapshot: Snapshot) -> list[int]:
     """For the orchestrator's second stack look (vllmdiag/runtime/second_look.py): what every analyzer's
     ``second_look_pids`` hook asks for, within the deployments asked about (``--pid``)."""
-    classes = classify_snapshot(snapshot)
+    facts = Facts.of(snapshot)
     wanted = set(snapshot.options.get("pids") or [])
-    deps = find_deployments(snapshot)
-    mine = set().union(*(d.pids for d in deps if not wanted or d.pids & wanted))
+    mine = set().union(*(d.pids for d in facts.deployments if not wanted or d.pids & wanted))
     pids: set[int] = set()
     for module in analyzers():
         hook: SecondLookHook | None = getattr(module, "second_look_pids", None)
         if hook is not None:
-            pids.update(p for p in hook(snapshot, deps, classes) if p in mine)
+            pids.update(p for p in hook(facts) if p in mine)
     return sorted(pids)
 
 
 def keeps_window_open(snapshot: Snapshot, deployment_ids: set[str]) -> bool:
     """True if an analyzer's ``keeps_window_open`` hook says its suspicion still holds."""
+    facts = Facts.of(snapshot)
     for module in analyzers():
         hook: WindowHook | None = getattr(module, "keeps_window_open", None)
-        if hook is not None and hook(snapshot, deployment_ids):
+        if hook is not None and hook(facts, deployment_ids):
             return True
     return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.deployments import Deployment
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.kv_wait import waits_for_kv
@@ -30,14 +31,15 @@ STALL_BYTES = 16384
 MIN_GAP_S = 0.15  # the probe aims at 0.2 s; allow for scheduling jitter
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     http = snapshot.data("http")
     out: list[Finding] = []
     for dep in deployments:
         for server in http.get("servers", []):
             if set(server.get("pids", [])) & dep.pids:
                 gap = float(http.get("sample_gap_s") or 0.0)
-                out += _stalled(snapshot, dep, server, gap) + _metrics(snapshot, dep, server, gap)
+                out += _stalled(snapshot, dep, server, gap) + _metrics(facts, dep, server, gap)
                 out += _health(snapshot, dep, server)
     return out
 
@@ -70,7 +72,8 @@ def _stalled(snap: Snapshot, dep: Deployment, server: dict[str, Any], gap: float
     return out
 
 
-def _metrics(snap: Snapshot, dep: Deployment, server: dict[str, Any], gap: float) -> list[Finding]:
+def _metrics(facts: Facts, dep: Deployment, server: dict[str, Any], gap: float) -> list[Finding]:
+    snap = facts.snapshot
     samples = [m for m in server.get("metrics", []) if m.get("status") == 200]
     if len(samples) < 2 or gap < MIN_GAP_S:
         return []
@@ -84,7 +87,7 @@ def _metrics(snap: Snapshot, dep: Deployment, server: dict[str, Any], gap: float
     if m0["waiting"] > 0 and m1["waiting"] > 0 and m0["running"] == 0 and m1["running"] == 0 and not moved:
         # An EngineCore whose stack waits on its workers (or on a full ring) is not "scheduling
         # nothing": it is stuck below, and the layer that stops the flow names that culprit.
-        busy_below = _engines_waiting_below(snap, engines)
+        busy_below = _engines_waiting_below(facts, engines)
         # A P/D decode instance whose requests wait for remote KV schedules nothing by design: the queue
         # layer names the producer (queue/kv_connector); blaming the local engine here would be the wrong culprit.
         kv_wait = waits_for_kv(snap, dep)
@@ -100,10 +103,8 @@ def _metrics(snap: Snapshot, dep: Deployment, server: dict[str, Any], gap: float
     return []
 
 
-def _engines_waiting_below(snap: Snapshot, engines: list[dict[str, Any]]) -> bool:
-    from vllmdiag.analysis.views.stack_match import classify_snapshot
-
-    classes = classify_snapshot(snap)
+def _engines_waiting_below(facts: Facts, engines: list[dict[str, Any]]) -> bool:
+    snap, classes = facts.snapshot, facts.classes
     waiting = (ENGINE_WAITING_WORKERS, ENGINE_BLOCKED_FULL_RING,
                # TP=1 (UniProcExecutor): the EngineCore runs the model step itself (vllm-internals 5.4)
                SYNC_POINT, COLLECTIVE, EXECUTING, COMPILING)

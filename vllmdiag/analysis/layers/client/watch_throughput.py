@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from vllmdiag.analysis.views.deployments import Deployment
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.findings import finding
-from vllmdiag.model import Finding, Snapshot
+from vllmdiag.model import Finding
 
 LAYER = "client"
 CODES = ("client.watch_throughput",)
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     if not snapshot.options.get("watch_s"):
         return []
     pids = {pid: dep for dep in deployments for pid in dep.pids}

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis.views.deployments import Deployment, display_title, find_deployments, role_of
+from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.views.deployments import display_title, role_of
 from vllmdiag.analysis.views.dp_worlds import World, dp_worlds, membership, split
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.parallel_ranks import RESTING, SYNC, dp_blame, dp_held, dp_ranks, stalled_deployments
 from vllmdiag.analysis.views.rank_compare import fold, moving_deployments
-from vllmdiag.analysis.views.second_look_classes import resampled_classes
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Finding, Snapshot
 
 LAYER = "gpu"
@@ -29,14 +29,15 @@ CODES = ("gpu.dp_world_out_of_step", "gpu.dp_world_unseen_ranks")
 ORDER = 1  # the old module order within the layer: verdicts read as before
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     chosen = {d.id for d in deployments}
     if not any(membership(d) for d in deployments):
         return []  # no DP world member among them (the common case): no second deployment search
-    worlds = dp_worlds(find_deployments(snapshot))
+    worlds = dp_worlds(facts.all_deployments)
     if not worlds:
         return []
-    classes, again = classify_snapshot(snapshot), resampled_classes(snapshot)
+    classes, again = facts.classes, facts.again
     every = [m.dep for w in worlds for m in w.members]
     moving, stalled = moving_deployments(snapshot, every), stalled_deployments(snapshot, every)
     out: list[Finding] = []
@@ -140,18 +141,13 @@ def _names(ranks: list[int]) -> str:
 
 
 # ---- for the orchestrator's second look (analysis/contract.py) ----------------------------------
-def resample_pids(snapshot: Snapshot, classes: dict[int, StackClass], deployments: list[Deployment] | None = None
-                  ) -> list[int]:
-    """The waiter and each out-of-step rank's blamed process of every split DP world."""
-    pids: list[int] = []
-    for world in dp_worlds(find_deployments(snapshot) if deployments is None else deployments):
+def second_look_pids(facts: Facts) -> list[int]:
+    """The analyzer contract's second-look hook (analysis/contract.py): the waiter and each out-of-step
+    rank's blamed process of every DP world split over deployments."""
+    classes, pids = facts.classes, []
+    for world in dp_worlds(facts.deployments):
         by_dp = dp_ranks([p for m in world.members for p in m.dep.processes])
         in_sync, others = split(by_dp, classes)
         if in_sync and others:
             pids += [_waiter(by_dp, in_sync, classes)["pid"], *[dp_blame(ps, classes)["pid"] for ps in others.values()]]
     return sorted(set(pids))
-
-
-def second_look_pids(snapshot: Snapshot, deployments: list[Deployment], classes: dict[int, StackClass]) -> list[int]:
-    """The analyzer contract's second-look hook (analysis/contract.py): DP ranks split over deployments."""
-    return resample_pids(snapshot, classes, deployments)

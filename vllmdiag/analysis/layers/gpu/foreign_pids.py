@@ -6,17 +6,18 @@ the reader what that mapping could not do (info, never blocking: a blind spot is
 
 from __future__ import annotations
 
-from vllmdiag.analysis.views.deployments import Deployment
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.findings import finding
 from vllmdiag.analysis.views.nvml_pids import pid_map
-from vllmdiag.model import Finding, Snapshot
+from vllmdiag.model import Finding
 
 LAYER = "gpu"
 CODES = ("gpu.nvml_pids_foreign",)
 ORDER = 5  # the old module order within the layer: verdicts read as before
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot = facts.snapshot
     nvml = snapshot.data("nvml")
     procs = snapshot.data("processes").get("processes") or []
     m = pid_map(nvml, procs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views import nvml_pids
 from vllmdiag.analysis.views.deployments import Deployment
 from vllmdiag.analysis.views.findings import finding
@@ -25,7 +26,8 @@ HARDWARE_XIDS = {48: "double-bit ECC", 61: "internal micro-controller breakpoint
                  145: "NVLink error", 149: "NVLink/NVSwitch fatal error", 154: "GPU recovery action required"}
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     nvml = snapshot.data("nvml")
     by_pci = {_pci_key(g.get("pci_bus_id")): g.get("index") for g in nvml.get("gpus") or [] if g.get("pci_bus_id")}
     owners = _gpu_owners(nvml, deployments)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.deployments import Deployment, role_of
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.kv_wait import kv_wait
-from vllmdiag.analysis.views.progress import HELD_S, all_passes, deployment_progress
-from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.views.progress import HELD_S
+from vllmdiag.analysis.views.second_look_classes import held
+from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Finding, Snapshot
 from vllmdiag.vocab.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDLE, KV_TRANSFER
 
@@ -44,14 +45,10 @@ def lone_rank(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> di
     return busy[0] if len(busy) == 1 and len(idle) == len(workers) - 1 else None
 
 
-def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:
-    rank = lone_rank(procs, classes)
-    return [rank["pid"]] if rank else []
-
-
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    classes = classify_snapshot(snapshot)
-    again = resampled_classes(snapshot)
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
+    classes = facts.classes
+    again = facts.again
     out = []
     for dep in deployments:
         rank = lone_rank(dep.processes, classes)
@@ -65,7 +62,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
             # A P/D decode instance waiting for its producer's KV: its rank polls the connector, and the
             # queue layer names the wait (seen under a loaded CI run: called a stuck rank instead).
             continue
-        window = deployment_progress(all_passes(snapshot), [dep])[0].window_s
+        window = facts.progress(dep).window_s
         confirmed = window >= HELD_S
         blame = culprit(snapshot, rank, f"{first.label} in {first.place} while its peers idle and the "
                                         "EngineCore waits for its reply")
@@ -90,6 +87,7 @@ def rings_still(snapshot: Snapshot, dep: Deployment) -> bool | None:
     return not any(r.get("moved") for r in rings)
 
 
-def second_look_pids(snapshot: Snapshot, deployments: list[Deployment], classes: dict[int, StackClass]) -> list[int]:
-    """The analyzer contract's second-look hook (analysis/contract.py), per deployment."""
-    return sorted({p for dep in deployments for p in resample_pids(dep.processes, classes)})
+def second_look_pids(facts: Facts) -> list[int]:
+    """The analyzer contract's second-look hook (analysis/contract.py): each deployment's lone busy rank."""
+    ranks = (lone_rank(dep.processes, facts.classes) for dep in facts.deployments)
+    return sorted({rank["pid"] for rank in ranks if rank})

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.moe_step import ep_op
@@ -39,8 +40,8 @@ from vllmdiag.analysis.views.rank_compare import (
     rank_name,
     seen_moving_deployments,
 )
-from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.views.second_look_classes import held
+from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.vocab.stack_classes import COLLECTIVE
 
@@ -49,9 +50,10 @@ CODES = ("gpu.dp_out_of_step", "gpu.ep_rank_odd", "gpu.pp_stage_stuck")
 ORDER = 2  # the old module order within the layer: verdicts read as before
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    classes = classify_snapshot(snapshot)
-    again = resampled_classes(snapshot)
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
+    classes = facts.classes
+    again = facts.again
     moving = moving_deployments(snapshot, deployments)
     stalled = stalled_deployments(snapshot, deployments)
     seen_moving = seen_moving_deployments(snapshot, deployments)
@@ -265,8 +267,17 @@ def _pp(snap: Snapshot, dep: Deployment, classes: dict[int, StackClass], again: 
     return out
 
 
-# ---- for the stacks probe: what to look at twice ------------------------------------------------
-def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:
+# ---- for the orchestrator's second look (analysis/contract.py) ----------------------------------
+def second_look_pids(facts: Facts) -> list[int]:
+    """The analyzer contract's second-look hook (analysis/contract.py): per deployment, the DP ranks out of
+    step and one in the sync, each EP or Ray group's odd ranks and a waiter, a blocked PP stage and its feed."""
+    classes, pids = facts.classes, []
+    for dep in facts.deployments:
+        pids += _group_suspects(dep.processes, classes)
+    return sorted(set(pids))
+
+
+def _group_suspects(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -> list[int]:
     pids: list[int] = []
     in_sync, others = dp_split(procs, classes)
     if in_sync:
@@ -282,7 +293,7 @@ def resample_pids(procs: list[dict[str, Any]], classes: dict[int, StackClass]) -
     stages = pp_stages(procs)
     for dp, pp, down in pp_blocked(procs, classes):
         pids += [stages[(dp, down[0])][0]["pid"], *[p["pid"] for p in stages[(dp, pp)]]]
-    return sorted(set(pids))
+    return pids
 
 
 def ray_groups(procs: list[dict[str, Any]]) -> dict[int, dict[int, dict[str, Any]]]:
@@ -295,7 +306,3 @@ def ray_groups(procs: list[dict[str, Any]]) -> dict[int, dict[int, dict[str, Any
             group[len(group)] = p
     return out
 
-
-def second_look_pids(snapshot: Snapshot, deployments: list[Deployment], classes: dict[int, StackClass]) -> list[int]:
-    """The analyzer contract's second-look hook (analysis/contract.py), per deployment."""
-    return sorted({p for dep in deployments for p in resample_pids(dep.processes, classes)})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.deployments import Deployment, display_title, role_of
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.rank_compare import (
@@ -26,8 +27,8 @@ from vllmdiag.analysis.views.rank_compare import (
     spinning,
     tp_groups,
 )
-from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.views.second_look_classes import held
+from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.vocab.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDLE, SYNC_POINT
 
@@ -38,9 +39,10 @@ ORDER = 0  # the old module order within the layer: verdicts read as before
 KIND_CODE = {"mismatch": "gpu.collective_mismatch", "straggler": "gpu.rank_straggler", "missing": "gpu.rank_missing"}
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    classes = classify_snapshot(snapshot)
-    again = resampled_classes(snapshot)
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
+    classes = facts.classes
+    again = facts.again
     gpus = gpu_by_pid(snapshot)
     moving = moving_deployments(snapshot, deployments)
     seen_moving = seen_moving_deployments(snapshot, deployments)
@@ -182,13 +184,13 @@ def _nccl_ras(snap: Snapshot) -> list[Finding]:
                     [culprit(snap, procs[p], "named by NCCL RAS") for p in pids])]
 
 
-def second_look_pids(snapshot: Snapshot, deployments: list[Deployment], classes: dict[int, StackClass]) -> list[int]:
+def second_look_pids(facts: Facts) -> list[int]:
     """The analyzer contract's second-look hook (analysis/contract.py): each TP group's odd ranks plus
     one waiter -- a hang if it holds, normal in passing."""
     pids: list[int] = []
-    for dep in deployments:
+    for dep in facts.deployments:
         for members in tp_groups(dep.processes).values():
-            cmp = compare_group(members, classes)
+            cmp = compare_group(members, facts.classes)
             if cmp is not None:
                 pids += [o.pid for o in cmp.odd if o.pid is not None] + [members[cmp.waiting[0]]["pid"]]
     return sorted(set(pids))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views import deployment_shapes
 from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
@@ -21,8 +22,6 @@ from vllmdiag.analysis.views.parallel_ranks import pp_waiting_stages
 from vllmdiag.analysis.views.progress import (
     HELD_S,
     Progress,
-    all_passes,
-    deployment_progress,
     group_progress,
     is_stalled,
     same_place,
@@ -30,8 +29,8 @@ from vllmdiag.analysis.views.progress import (
 )
 from vllmdiag.analysis.views.rank_compare import compare_group, fold, gpu_by_pid, rank_name, spinning, tp_groups
 from vllmdiag.analysis.views.rank_groups import synchronized_dp
-from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.views.second_look_classes import held
+from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.analysis.views.startup_progress import startup_picture
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.vocab.stack_classes import (
@@ -65,11 +64,13 @@ LONG_PHASES = (COMPILING, WARMUP, LOAD_MODEL, INIT_DEVICE, WAIT_UNTIL_READY, WAI
 Seen = dict[int, tuple[StackClass, str | None]]  # pid -> latest class, call site
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    passes = all_passes(snapshot)
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
+    passes = facts.passes
     gpus = gpu_by_pid(snapshot)
     out: list[Finding] = []
-    for p, dep in zip(deployment_progress(passes, deployments), deployments, strict=True):
+    for dep in deployments:
+        p = facts.progress(dep)
         seen = {pid: (obs[-1][0], obs[-1][2]) for pid, obs in p.observations.items()}
         if startup_picture(snapshot, dep) is not None:  # not ready yet: handshake.starting judges it, but
             odd = _init_odd(snapshot, dep, seen) if p.window_s >= HELD_S else []  # NCCL init's odd rank is ours
@@ -83,12 +84,13 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
             out.append(_progress_info(snapshot, dep, p))
             continue
         for g, gp in held:
-            out += _stalled(snapshot, g, gp, {pid: (obs[-1][0], obs[-1][2]) for pid, obs in gp.observations.items()}
+            out += _stalled(facts, g, gp, {pid: (obs[-1][0], obs[-1][2]) for pid, obs in gp.observations.items()}
                             if g is not dep else seen, gpus)
     return out
 
 
-def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dict[int, dict[str, Any]]) -> list[Finding]:
+def _stalled(facts: Facts, dep: Deployment, p: Progress, seen: Seen, gpus: dict[int, dict[str, Any]]) -> list[Finding]:
+    snap = facts.snapshot
     odd_init = _init_odd(snap, dep, seen)
     if odd_init and p.window_s >= HELD_S:  # an odd one out is no legitimate long phase
         return [_with_progress(f, p) for f in odd_init]
@@ -101,7 +103,7 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
         _engine_shape(snap, dep, seen, gpus)
     if held and shapes:
         return [_with_progress(f, p) for f in shapes]
-    odd = "" if partial else _confident_odd_one_out(snap, dep)
+    odd = "" if partial else _confident_odd_one_out(facts, dep)
     if odd:  # a confident block names the group: a "suspected, watch longer" beside it would be a second answer
         return [_with_progress(finding("gpu.progress", LAYER, "warning", snap, dep, _observed(dep, p, seen), [],
                                        {"needs_confirm": False, "observed": _observed(dep, p, seen),
@@ -123,12 +125,12 @@ def _stalled(snap: Snapshot, dep: Deployment, p: Progress, seen: Seen, gpus: dic
                                    blame), p)]
 
 
-def _confident_odd_one_out(snap: Snapshot, dep: Deployment) -> str:
+def _confident_odd_one_out(facts: Facts, dep: Deployment) -> str:
     """The group whose odd rank out (and a waiting peer) held over the stack resample: gpu.rank_straggler
     (layers/gpu/ranks.py, the same comparison and the same rule) calls that a block with high confidence,
     so this layer states what it saw, not a suspicion whose playbook says "watch longer" (issue 35 item 4).
     "" when no group's picture held."""
-    classes, again = classify_snapshot(snap), resampled_classes(snap)
+    classes, again = facts.classes, facts.again
     for members in tp_groups(dep.processes).values():
         cmp = compare_group(members, classes, dep.configured.get("tp"))
         if cmp is None or not cmp.waiting:

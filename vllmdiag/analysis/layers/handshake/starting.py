@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.deployments import Deployment
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.progress import HELD_S
 from vllmdiag.analysis.views.rank_compare import fold
-from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.analysis.views.startup_progress import StartupPicture, startup_picture
 from vllmdiag.model import Culprit, Finding, Snapshot
 
@@ -24,7 +24,8 @@ CODES = ("handshake.starting", "handshake.startup_rank_held", "handshake.startup
 ORDER = 5  # before the endpoint rules: a held start-up explains a front end that never listens
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     out = []
     for dep in deployments:
         pic = startup_picture(snapshot, dep)
@@ -87,26 +88,24 @@ def _all_waiting(snap: Snapshot, dep: Deployment, pic: StartupPicture, head: str
     return replace(f, out_of_view=beyond)  # the typed flag; its evidence says it too (the JSON's copy)
 
 
-def keeps_window_open(snapshot: Snapshot, deployment_ids: set[str]) -> bool:
+def keeps_window_open(facts: Facts, deployment_ids: set[str]) -> bool:
     """The confirm window stays open while a start-up has been seen neither moving nor held."""
-    from vllmdiag.analysis.views.deployments import find_deployments
-
-    for dep in find_deployments(snapshot):
+    for dep in facts.all_deployments:
         if dep.id in deployment_ids:
-            pic = startup_picture(snapshot, dep)
+            pic = startup_picture(facts.snapshot, dep)
             if pic is not None and pic.ranks and not pic.moving and not pic.held \
                     and not (pic.window_s >= HELD_S and all(r.waits for r in pic.ranks)):
                 return True
     return False
 
 
-def second_look_pids(snapshot: Snapshot, deployments: list[Deployment], classes: dict[int, StackClass]) -> list[int]:
+def second_look_pids(facts: Facts) -> list[int]:
     """Working ranks of a start-up: a second stack look tells a load in progress from a held one at once."""
     from vllmdiag.analysis.views.startup_progress import SERVING, WORKING
 
     out = []
-    for dep in deployments:
-        phases = {pid: c.name for pid, c in classes.items() if pid in dep.pids}
+    for dep in facts.deployments:
+        phases = {pid: c.name for pid, c in facts.classes.items() if pid in dep.pids}
         if phases and not any(n in SERVING for n in phases.values()):
             out += [pid for pid, n in phases.items() if n in WORKING]
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.coverage import blind
 from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
@@ -27,7 +28,8 @@ DEAD = ("Z", "X")
 STARTUP_CLASSES = (NCCL_INIT, WAIT_UNTIL_READY, WAIT_FOR_READY, HANDSHAKE, INIT_DEVICE, LOAD_MODEL, WARMUP)
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     # Absence of a listener is evidence only if the socket tables were read in full: a sockets or
     # endpoints probe that timed out under load must not turn into "endpoint gone".
     # A partial table (some pids' fds unreadable) is judged per deployment: one with a blind pid
@@ -38,7 +40,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
     for dep in deployments:
         if dep.headless or blind(snapshot, dep.pids, ("sockets", "endpoints")):
             continue  # headless (`vllm serve --headless`): no frontend endpoints or HTTP port
-        view = _View(snapshot, dep, ep)
+        view = _View(facts, dep, ep)
         if ep:
             gone = _frontend(view)
             unreachable = _unreachable(view)
@@ -93,8 +95,9 @@ def could_own(f: dict[str, Any], deployments: list[Deployment], scanned: list[st
 class _View:
     """One deployment's endpoints: listeners with their ZMTP result, accepted counts, the API side."""
 
-    def __init__(self, snap: Snapshot, dep: Deployment, ep: dict[str, Any]) -> None:
-        self.snap, self.dep, self.ep = snap, dep, ep
+    def __init__(self, facts: Facts, dep: Deployment, ep: dict[str, Any]) -> None:
+        self.facts, self.snap, self.dep, self.ep = facts, facts.snapshot, dep, ep
+        snap = facts.snapshot
         self.zmtp = {z.get("listener") or z["endpoint"]: z for z in ep.get("zmtp", [])}
         self.procs = {p["pid"]: p for p in ep.get("processes", []) if p["pid"] in dep.pids}
         self.api = [p for p in dep.with_role(*API_ROLES) if p.get("state") not in DEAD]
@@ -173,10 +176,9 @@ def _frontend(v: _View) -> list[Finding]:
 
 
 def _shutting_down(v: _View) -> int:
-    from vllmdiag.analysis.views.stack_match import classify_snapshot
     from vllmdiag.vocab.stack_classes import ENGINE_SHUTDOWN
 
-    classes = classify_snapshot(v.snap)
+    classes = v.facts.classes
     return sum(1 for e in v.engines if (sc := classes.get(e["pid"])) is not None and sc.name == ENGINE_SHUTDOWN)
 
 
@@ -246,7 +248,7 @@ def _http_listen(v: _View) -> list[Finding]:
     limit = float(api.get("environ", {}).get("VLLM_ENGINE_READY_TIMEOUT_S") or 600)
     bound = next((a.get("unlisted_socket_inodes", []) for a in v.snap.data("http").get("api_servers", [])
                   if a.get("pid") == api["pid"]), None)
-    phases = _phases(v.snap, v.dep)
+    phases = _phases(v.facts, v.dep)
     router = [acc for e, _, acc in v.owned_by({p["pid"] for p in v.api}) if v.kind(e) == "ROUTER"]
     registered = bool(router) and max(router) >= len(v.engines) > 0
     phase = ", ".join(f"{k}: {', '.join(map(str, sorted(p)))}" for k, p in sorted(phases.items())) or "unknown (no stacks)"
@@ -263,14 +265,12 @@ def _http_listen(v: _View) -> list[Finding]:
                     f"startup is stuck; phase: {phase}.", [api["pid"]] + [e["pid"] for e in v.engines], evidence, blame)]
 
 
-def _phases(snap: Snapshot, dep: Deployment) -> dict[str, list[int]]:
+def _phases(facts: Facts, dep: Deployment) -> dict[str, list[int]]:
     """Startup stack classes of the deployment's processes, when a stacks probe ran (tolerated absent)."""
-    if not snap.data("stacks"):
+    if not facts.snapshot.data("stacks"):
         return {}
     try:
-        from vllmdiag.analysis.views.stack_match import classify_snapshot
-
-        classes = classify_snapshot(snap)
+        classes = facts.classes
     except Exception:  # a rules or format problem must not hide the handshake finding
         return {}
     out: dict[str, list[int]] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views import nvml_pids
 from vllmdiag.analysis.views.deployments import Deployment, display_title, rank_of, role_of
 from vllmdiag.analysis.views.findings import culprit, finding
@@ -23,29 +24,29 @@ STATE_CODES = {"Z": ("process.zombie", "is a zombie (exited, not reaped)"),
                "D": ("process.d_state", "is in uninterruptible sleep (D): stuck in the kernel or driver")}
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     out: list[Finding] = []
     for dep in deployments:
         missing = _missing_ranks(snapshot, dep) or _workers_gone(snapshot, dep)
         out += _states(snapshot, dep, _inferred_ranks(missing))
         out += _orphans_and_missing_engine(snapshot, dep)
         out += _orphaned_engine(snapshot, dep) + _ray_workers(snapshot, dep) + _shape(snapshot, dep)
-        out += _engine_elsewhere(snapshot, dep) + _engine_shutting_down(snapshot, dep, missing)
+        out += _engine_elsewhere(snapshot, dep) + _engine_shutting_down(facts, dep, missing)
         out += missing + _stages_elsewhere(snapshot, dep, missing)
         out += _fd_pressure(snapshot, dep)
     return out
 
 
-def _engine_shutting_down(snap: Snapshot, dep: Deployment, missing: list[Finding]) -> list[Finding]:
+def _engine_shutting_down(facts: Facts, dep: Deployment, missing: list[Finding]) -> list[Finding]:
     """An EngineCore in EngineCore.shutdown serves nothing: with the mp executor that is "Executor failed"
     after a worker died. At TP>1 the surviving ranks show which one is gone (process.rank_missing); a lone
     TP=1 worker that died leaves no rank to compare, so the engine going down is what names it."""
-    from vllmdiag.analysis.views.stack_match import classify_snapshot
     from vllmdiag.vocab.stack_classes import ENGINE_SHUTDOWN
 
     if missing:
         return []
-    classes = classify_snapshot(snap)
+    snap, classes = facts.snapshot, facts.classes
     out = []
     for e in dep.engines:
         sc = classes.get(e["pid"])

@@ -9,10 +9,10 @@ said as paused (degraded, a warning with no culprit), never as a hang, and the w
 
 from __future__ import annotations
 
-from vllmdiag.analysis.views.deployments import Deployment, display_title
+from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.views.deployments import display_title
 from vllmdiag.analysis.views.findings import finding
-from vllmdiag.analysis.views.stack_match import classify_snapshot
-from vllmdiag.model import Finding, Snapshot
+from vllmdiag.model import Finding
 from vllmdiag.vocab.stack_classes import ENGINE_PAUSED
 
 LAYER = "process"
@@ -20,8 +20,9 @@ CODES = ("process.engine_paused",)
 ORDER = 50
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    classes = classify_snapshot(snapshot)
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
+    classes = facts.classes
     out = []
     for dep in deployments:
         paused = [e for e in dep.engines if (c := classes.get(e["pid"])) is not None and c.name == ENGINE_PAUSED]

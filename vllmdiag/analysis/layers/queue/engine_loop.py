@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.deployments import Deployment, role_of
 from vllmdiag.analysis.views.findings import culprit, finding
-from vllmdiag.analysis.views.progress import all_passes, deployment_progress
-from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.views.second_look_classes import held
 from vllmdiag.model import Finding, Snapshot
 from vllmdiag.vocab.stack_classes import ENGINE_BUSY, IDLE
 
@@ -25,11 +24,12 @@ CODES = ("queue.engine_loop_stuck",)
 ORDER = 1  # the old module order within the layer: verdicts read as before
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    classes = classify_snapshot(snapshot)
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
+    classes = facts.classes
     if not classes:
         return []
-    again = resampled_classes(snapshot)
+    again = facts.again
     out = []
     for dep in deployments:
         workers = [classes.get(w["pid"]) for w in dep.workers]
@@ -45,7 +45,7 @@ def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
             if holds is False or pending == 0:
                 continue  # caught scheduling, or nothing waits for it
             if holds is None and moved is None:
-                moved = deployment_progress(all_passes(snapshot), [dep])[0].moved
+                moved = facts.progress(dep).moved
             if holds is None and moved:
                 # One look, and work was seen moving: a loop caught pickling a step for its workers
                 # (enqueue, shm_broadcast.py) while they wait in dequeue for it. CI, 2026-12-02: the loaded
@@ -76,11 +76,11 @@ def pending_requests(snapshot: Snapshot, dep: Deployment) -> int | None:
     return best
 
 
-def second_look_pids(snapshot: Snapshot, deployments: list[Deployment], classes: dict[int, StackClass]) -> list[int]:
+def second_look_pids(facts: Facts) -> list[int]:
     """The analyzer contract's second-look hook (analysis/contract.py): EngineCores busy while all their
     workers idle -- a hang if it holds, normal in passing."""
-    pids: list[int] = []
-    for dep in deployments:
+    classes, pids = facts.classes, []
+    for dep in facts.deployments:
         procs = dep.processes
         workers = [classes.get(p["pid"]) for p in procs if role_of(p) == "worker"]
         if workers and all(c is not None and c.name == IDLE for c in workers):

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis.views.deployments import Deployment, find_deployments, role_of
+from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.views.deployments import Deployment, role_of
 from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.grammar_looks import GrammarLook, engine_looks, in_grammar
 from vllmdiag.analysis.views.progress import COUNTERS, HELD_S, all_passes, deployment_progress, metric_samples
-from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Finding, Snapshot
 from vllmdiag.vocab.stack_classes import GRAMMAR_BITMASK
 
@@ -37,7 +37,8 @@ CODES = ("queue.grammar_stuck",)
 ORDER = 2  # the old module order within the layer: verdicts read as before
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     passes = all_passes(snapshot)
     out: list[Finding] = []
     for dep in deployments:
@@ -110,20 +111,20 @@ def request_state(passes: list[Snapshot], dep: Deployment) -> tuple[tuple[float,
 def stalled_engines(snapshot: Snapshot, deployment_ids: set[str] | None = None) -> bool:
     """The confirm window's "keep watching" test: a grammar thread held, requests wait, no counter moved.
     Empty steps move the rings meanwhile, so the progress rules alone would close the window at once."""
-    deps = [d for d in find_deployments(snapshot) if deployment_ids is None or d.id in deployment_ids]
-    return any(f.severity != "info" for f in analyze(snapshot, deps))
+    return _held(Facts.of(snapshot), deployment_ids)
 
 
-def resample_pids(snapshot: Snapshot, deployments: list[Deployment]) -> list[int]:
-    """EngineCores with a grammar thread at work: a second look tells a compile from a stall."""
-    return [e["pid"] for dep in deployments for e in dep.engines if in_grammar(snapshot, e)]
+def _held(facts: Facts, deployment_ids: set[str] | None) -> bool:
+    deps = [d for d in facts.all_deployments if deployment_ids is None or d.id in deployment_ids]
+    return any(f.severity != "info" for f in analyze(facts.narrowed(deps)))
 
 
-def second_look_pids(snapshot: Snapshot, deployments: list[Deployment], classes: dict[int, StackClass]) -> list[int]:
-    """The analyzer contract's second-look hook (analysis/contract.py): an EngineCore compiling a grammar."""
-    return resample_pids(snapshot, deployments)
+def second_look_pids(facts: Facts) -> list[int]:
+    """The analyzer contract's second-look hook (analysis/contract.py): EngineCores with a grammar thread at
+    work, as a second look tells a compile from a stall."""
+    return [e["pid"] for dep in facts.deployments for e in dep.engines if in_grammar(facts.snapshot, e)]
 
 
-def keeps_window_open(snapshot: Snapshot, deployment_ids: set[str]) -> bool:
+def keeps_window_open(facts: Facts, deployment_ids: set[str]) -> bool:
     """The analyzer contract's confirm-window hook (analysis/contract.py)."""
-    return stalled_engines(snapshot, deployment_ids)
+    return _held(facts, deployment_ids)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views import kv_transfer
 from vllmdiag.analysis.views.deployments import Deployment
 from vllmdiag.analysis.views.findings import finding
@@ -24,7 +25,8 @@ CODES = ("queue.kv_connector", "queue.kv_transfer_waiting")
 ORDER = 3  # the old module order within the layer: verdicts read as before
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     out: list[Finding] = []
     for dep in deployments:
         kv = dep.kv_transfer

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.findings import culprit, finding
-from vllmdiag.analysis.views.ring_roles import MiB, RingRole, ring_roles
+from vllmdiag.analysis.views.ring_roles import MiB, RingRole
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.vocab.shm_names import by_kind, leftovers, segment_kind, unseen_maps
 
@@ -27,8 +28,9 @@ NEARLY_FULL_FRACTION = 0.1
 # told apart by the rings probe (`unlinked` while it was sampled).
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
-    roles = ring_roles(snapshot, deployments)
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
+    roles = facts.rings
     out = _ring_findings(snapshot, [r for r in roles if r.deployment is not None and r.sampled])
     return out + _shm_health(snapshot, deployments, roles)
 

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmdiag.analysis.views.deployments import Deployment
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.findings import finding
-from vllmdiag.model import Finding, Snapshot
+from vllmdiag.model import Finding
 
 LAYER = "queue"
 CODES = ("queue.watch_activity",)
 ORDER = 4  # the old module order within the layer: verdicts read as before
 
 
-def analyze(snapshot: Snapshot, deployments: list[Deployment]) -> list[Finding]:
+def analyze(facts: Facts) -> list[Finding]:
+    snapshot, deployments = facts.snapshot, facts.deployments
     if not snapshot.options.get("watch_s"):
         return []
     pids = {pid: dep for dep in deployments for pid in dep.pids}
