@@ -7,8 +7,6 @@ by name; ``registry.discover_modules``, as every extension point). It has:
   playbook); ``analyze(facts) -> list[Finding]``, ``facts`` the snapshot's ``Facts``
   (``analysis/facts.py``: deployments, stack classes and the second look, rings, progress, each derived
   once per snapshot and shared by every analyzer);
-- optionally ``ORDER`` (default 100): where it runs among its layer's analyzers (first findings
-  lead a verdict);
 - optionally the hooks the orchestrator (``vllmdiag/api.py``, ``vllmdiag/runtime/second_look.py``) walks:
   ``second_look_pids(facts)``: the processes whose first stack picture would be a hang if it held,
   so they are dumped again a moment later; and
@@ -17,8 +15,12 @@ by name; ``registry.discover_modules``, as every extension point). It has:
 
 ``analyze`` reads ``Facts`` and derived views from ``analysis/views/``, never another analyzer's internals.
 Cross-node group checks are found the same way: every module in ``analysis/across_nodes/checks/`` has
-``CODES``, ``check_group(group, snapshots, failed) -> list[Finding]`` and optionally ``ORDER``
-(``group_checks``); ``analysis/across_nodes/analyze_nodes.py`` runs them on each group spanning nodes.
+``CODES`` and ``check_group(group, snapshots, failed) -> list[Finding]`` (``group_checks``);
+``analysis/across_nodes/analyze_nodes.py`` runs them on each group spanning nodes.
+
+Where an analyzer runs within its layer is named here, once for the layer (``PRECEDENCE``; the cross-node
+checks' in ``GROUP_CHECK_PRECEDENCE``): the first findings lead a verdict. A module the list does not name
+runs after the named ones, by name, so a new analyzer edits nothing here unless its findings must lead.
 """
 
 from __future__ import annotations
@@ -34,7 +36,18 @@ from vllmdiag.registry import discover_modules
 
 LAYERS_PACKAGE = "vllmdiag.analysis.layers"
 GROUP_CHECKS_PACKAGE = "vllmdiag.analysis.across_nodes.checks"
-DEFAULT_ORDER = 100
+# Each layer's analyzers, by module name, in the order they run (the order they have always run in:
+# bisect writes a verdict from the first findings, so this order is part of every verdict's wording).
+PRECEDENCE: dict[str, tuple[str, ...]] = {
+    "process": ("paused", "liveness"),
+    "handshake": ("starting",  # a held start-up explains a front end that never listens: said first
+                  "startup"),
+    "queue": ("ring_flow", "engine_loop", "grammar", "kv_connector", "watch_activity"),
+    "gpu": ("ranks", "dp_world", "parallel_groups", "kernel_errors", "lone_rank", "foreign_pids", "stall"),
+    "client": ("requests", "watch_throughput"),
+}
+GROUP_CHECK_PRECEDENCE = ("rank_missing",  # a rank gone before the stack comparison, as the engine always ran them
+                          "collective_odd")
 
 
 class Analyzer(Protocol):
@@ -56,27 +69,39 @@ class WindowHook(Protocol):
 
 @lru_cache(maxsize=1)
 def analyzers() -> tuple[ModuleType, ...]:
-    """Every analyzer module, in bisection order (layer, then ``ORDER``, then name). A module in a
+    """Every analyzer module, in bisection order (layer, then ``PRECEDENCE``, then name). A module in a
     layer's folder that breaks the contract is a bug, said at once rather than skipped."""
-    out: list[tuple[int, int, str, ModuleType]] = []
-    for li, layer in enumerate(LAYERS):
-        for module in discover_modules(f"{LAYERS_PACKAGE}.{layer}"):
+    out: list[ModuleType] = []
+    for layer in LAYERS:
+        found = discover_modules(f"{LAYERS_PACKAGE}.{layer}")
+        for module in found:
             if getattr(module, "LAYER", None) != layer or not callable(getattr(module, "analyze", None)) \
                     or not getattr(module, "CODES", None):
                 raise TypeError(f"{module.__name__}: an analyzer needs LAYER = {layer!r}, CODES and analyze()")
-            out.append((li, int(getattr(module, "ORDER", DEFAULT_ORDER)), module.__name__, module))
-    return tuple(m for *_, m in sorted(out, key=lambda t: t[:3]))
+        out += in_precedence(found, PRECEDENCE.get(layer, ()))
+    return tuple(out)
 
 
 @lru_cache(maxsize=1)
 def group_checks() -> tuple[ModuleType, ...]:
-    """Every cross-node group check, in ``ORDER`` then name (a module there that breaks the contract is a bug)."""
-    out: list[tuple[int, str, ModuleType]] = []
-    for module in discover_modules(GROUP_CHECKS_PACKAGE):
+    """Every cross-node group check, in ``GROUP_CHECK_PRECEDENCE`` then name (a module there that breaks the
+    contract is a bug)."""
+    found = discover_modules(GROUP_CHECKS_PACKAGE)
+    for module in found:
         if not callable(getattr(module, "check_group", None)) or not getattr(module, "CODES", None):
             raise TypeError(f"{module.__name__}: a cross-node check needs CODES and check_group()")
-        out.append((int(getattr(module, "ORDER", DEFAULT_ORDER)), module.__name__, module))
-    return tuple(m for *_, m in sorted(out, key=lambda t: t[:2]))
+    return tuple(in_precedence(found, GROUP_CHECK_PRECEDENCE))
+
+
+def in_precedence(modules: Iterable[ModuleType], named: tuple[str, ...]) -> list[ModuleType]:
+    """``modules`` in the order ``named`` gives their short names; the others after them, by full name. A
+    name with no module is a stale list (a module renamed or removed): a bug, said at once."""
+    by_name = {m.__name__.rsplit(".", 1)[-1]: m for m in modules}
+    stale = [n for n in named if n not in by_name]
+    if stale:
+        raise TypeError(f"analysis/contract.py names analyzers that are not there: {stale}")
+    rest = sorted((m for n, m in by_name.items() if n not in named), key=lambda m: m.__name__)
+    return [by_name[n] for n in named] + rest
 
 
 def layer_analyzers() -> list[tuple[str, Analyzer]]:

@@ -18,7 +18,6 @@ from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
 from vllmdiag.model import Finding, Snapshot
 
 CODES = ("fleet.rank_straggler", "fleet.collective_mismatch")
-ORDER = 1
 _CODE = {"straggler": "fleet.rank_straggler", "mismatch": "fleet.collective_mismatch"}
 
 

@@ -9,7 +9,6 @@ from vllmdiag.analysis.across_nodes.rank_groups import Member, RankGroup
 from vllmdiag.model import Culprit, Finding, Snapshot
 
 CODES = ("fleet.rank_missing", "fleet.ranks_unseen")
-ORDER = 0  # before the stack comparison, as the engine always ran them
 
 
 def check(group: RankGroup, failed_nodes: dict[str, str], empty_nodes: list[str] | None = None) -> list[Finding]:

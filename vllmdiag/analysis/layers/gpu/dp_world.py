@@ -26,7 +26,6 @@ from vllmdiag.model import Finding, Snapshot
 
 LAYER = "gpu"
 CODES = ("gpu.dp_world_out_of_step", "gpu.dp_world_unseen_ranks")
-ORDER = 1  # the old module order within the layer: verdicts read as before
 
 
 def analyze(facts: Facts) -> list[Finding]:

@@ -13,7 +13,6 @@ from vllmdiag.model import Finding
 
 LAYER = "gpu"
 CODES = ("gpu.nvml_pids_foreign",)
-ORDER = 5  # the old module order within the layer: verdicts read as before
 
 
 def analyze(facts: Facts) -> list[Finding]:

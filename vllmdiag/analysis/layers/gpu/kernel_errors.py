@@ -15,7 +15,6 @@ from vllmdiag.model import Finding, Snapshot
 
 LAYER = "gpu"
 CODES = ("gpu.kernel_xid", "gpu.nvlink_errors")
-ORDER = 3  # the old module order within the layer: verdicts read as before
 # Xids that mean the GPU, its memory or its links failed (NVIDIA's Xid catalog); others (13, 31, 43,
 # 45: an application's own fault or cleanup) are reported as information only.
 HARDWARE_XIDS = {48: "double-bit ECC", 61: "internal micro-controller breakpoint", 62: "internal micro-controller halt",

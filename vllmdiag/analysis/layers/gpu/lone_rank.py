@@ -27,7 +27,6 @@ from vllmdiag.vocab.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDL
 
 LAYER = "gpu"
 CODES = ("gpu.rank_stuck_alone",)
-ORDER = 4  # the old module order within the layer: verdicts read as before
 ENGINE_WAITS = (ENGINE_WAITING_WORKERS,)
 NOT_BUSY = (IDLE, COLLECTIVE)  # a rank in a collective has its own rule (straggler)
 

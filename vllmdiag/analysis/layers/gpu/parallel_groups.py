@@ -47,7 +47,6 @@ from vllmdiag.vocab.stack_classes import COLLECTIVE
 
 LAYER = "gpu"
 CODES = ("gpu.dp_out_of_step", "gpu.ep_rank_odd", "gpu.pp_stage_stuck")
-ORDER = 2  # the old module order within the layer: verdicts read as before
 
 
 def analyze(facts: Facts) -> list[Finding]:

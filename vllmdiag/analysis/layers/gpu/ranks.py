@@ -35,7 +35,6 @@ from vllmdiag.vocab.stack_classes import COLLECTIVE, ENGINE_WAITING_WORKERS, IDL
 LAYER = "gpu"
 CODES = ("gpu.rank_straggler", "gpu.collective_mismatch", "gpu.rank_missing", "gpu.nccl_spin", "gpu.host_stall",
          "gpu.hardware_errors", "gpu.nccl_ras_errors", "gpu.stack_classes")
-ORDER = 0  # the old module order within the layer: verdicts read as before
 KIND_CODE = {"mismatch": "gpu.collective_mismatch", "straggler": "gpu.rank_straggler", "missing": "gpu.rank_missing"}
 
 

@@ -54,7 +54,6 @@ from vllmdiag.vocab.stack_classes import (
 LAYER = "gpu"
 CODES = ("gpu.uniform_hang", "gpu.worker_step_stuck", "gpu.engine_step_stuck", "gpu.call_site_mismatch", "gpu.init_rank_stuck",
          "gpu.stall_suspected", "gpu.progress")
-ORDER = 6  # the old module order within the layer: verdicts read as before
 INIT_STUCK = (NCCL_INIT, INIT_DEVICE)
 SEEN_ONCE_S = 0.05  # below this nothing was looked at twice: progress unknown, not "nothing moved"
 RANK_STEP = (COLLECTIVE, SYNC_POINT, EXECUTING)

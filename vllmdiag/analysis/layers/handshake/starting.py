@@ -21,7 +21,6 @@ from vllmdiag.model import Culprit, Finding, Snapshot
 
 LAYER = "handshake"
 CODES = ("handshake.starting", "handshake.startup_rank_held", "handshake.startup_stuck")
-ORDER = 5  # before the endpoint rules: a held start-up explains a front end that never listens
 
 
 def analyze(facts: Facts) -> list[Finding]:

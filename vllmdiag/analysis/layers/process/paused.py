@@ -17,7 +17,6 @@ from vllmdiag.vocab.stack_classes import ENGINE_PAUSED
 
 LAYER = "process"
 CODES = ("process.engine_paused",)
-ORDER = 50
 
 
 def analyze(facts: Facts) -> list[Finding]:

@@ -21,7 +21,6 @@ from vllmdiag.vocab.stack_classes import ENGINE_BUSY, IDLE
 
 LAYER = "queue"
 CODES = ("queue.engine_loop_stuck",)
-ORDER = 1  # the old module order within the layer: verdicts read as before
 
 
 def analyze(facts: Facts) -> list[Finding]:

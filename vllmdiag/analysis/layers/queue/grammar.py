@@ -34,7 +34,6 @@ from vllmdiag.vocab.stack_classes import GRAMMAR_BITMASK
 
 LAYER = "queue"
 CODES = ("queue.grammar_stuck",)
-ORDER = 2  # the old module order within the layer: verdicts read as before
 
 
 def analyze(facts: Facts) -> list[Finding]:

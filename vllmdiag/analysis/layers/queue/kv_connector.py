@@ -22,7 +22,6 @@ from vllmdiag.model import Culprit, Finding, Snapshot
 
 LAYER = "queue"
 CODES = ("queue.kv_connector", "queue.kv_transfer_waiting")
-ORDER = 3  # the old module order within the layer: verdicts read as before
 
 
 def analyze(facts: Facts) -> list[Finding]:

@@ -21,7 +21,6 @@ from vllmdiag.vocab.shm_names import by_kind, leftovers, segment_kind, unseen_ma
 LAYER = "queue"
 CODES = ("queue.ring_full", "queue.reader_lagging", "queue.response_unread", "queue.readers_all_behind",
          "queue.shm_leaked", "queue.shm_low", "queue.shm_nearly_full", "queue.shm_entries_skipped")
-ORDER = 0  # the old module order within the layer: verdicts read as before
 NEARLY_FULL_FRACTION = 0.1
 # What a killed run leaves behind is one list for every command: vllmdiag/vocab/shm_names.py (issue 33). No age
 # threshold here: a creator maps its segment microseconds after creating it, and a ring being torn down is

@@ -14,7 +14,6 @@ from vllmdiag.model import Finding
 
 LAYER = "queue"
 CODES = ("queue.watch_activity",)
-ORDER = 4  # the old module order within the layer: verdicts read as before
 
 
 def analyze(facts: Facts) -> list[Finding]:
