@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.dp_worlds import Member, membership, split
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.parallel_ranks import RESTING, SYNC, dp_blame, dp_held, dp_ranks
 from vllmdiag.analysis.views.rank_compare import fold
 from vllmdiag.analysis.views.second_look_classes import resampled_classes

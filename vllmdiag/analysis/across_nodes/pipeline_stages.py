@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.across_nodes.rank_groups import Member, RankGroup
-from vllmdiag.analysis.views.findings import culprit
+from vllmdiag.analysis.findings import culprit
 from vllmdiag.analysis.views.progress import HELD_S
 from vllmdiag.analysis.views.rank_compare import rank_name
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot

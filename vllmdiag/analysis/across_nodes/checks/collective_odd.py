@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.across_nodes.rank_groups import RankGroup
-from vllmdiag.analysis.views.findings import culprit
+from vllmdiag.analysis.findings import culprit
 from vllmdiag.analysis.views.rank_compare import GroupCompare, GroupKey, compare_group, fold, rank_name, tp_groups
 from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
 from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot

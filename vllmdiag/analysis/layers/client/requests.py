@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.kv_wait import waits_for_kv
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.vocab.stack_classes import (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vllmdiag.analysis.facts import Facts
-from vllmdiag.analysis.views.findings import finding
+from vllmdiag.analysis.findings import finding
 from vllmdiag.model import Finding
 
 LAYER = "client"

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import display_title, role_of
 from vllmdiag.analysis.views.dp_worlds import World, dp_worlds, membership, split
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.parallel_ranks import RESTING, SYNC, dp_blame, dp_held, dp_ranks, stalled_deployments
 from vllmdiag.analysis.views.rank_compare import fold, moving_deployments
 from vllmdiag.analysis.views.stack_match import StackClass

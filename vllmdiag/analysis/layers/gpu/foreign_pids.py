@@ -7,7 +7,7 @@ the reader what that mapping could not do (info, never blocking: a blind spot is
 from __future__ import annotations
 
 from vllmdiag.analysis.facts import Facts
-from vllmdiag.analysis.views.findings import finding
+from vllmdiag.analysis.findings import finding
 from vllmdiag.analysis.views.nvml_pids import pid_map
 from vllmdiag.model import Finding
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import finding
 from vllmdiag.analysis.views import nvml_pids
 from vllmdiag.analysis.views.deployments import Deployment
-from vllmdiag.analysis.views.findings import finding
 from vllmdiag.model import Finding, Snapshot
 
 LAYER = "gpu"

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment, role_of
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.kv_wait import kv_wait
 from vllmdiag.analysis.views.progress import HELD_S
 from vllmdiag.analysis.views.second_look_classes import held

@@ -14,8 +14,8 @@ from collections import Counter
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment, display_title
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.moe_step import ep_op
 from vllmdiag.analysis.views.parallel_ranks import (
     RESTING,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment, display_title, role_of
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.rank_compare import (
     GroupCompare,
     GroupKey,

@@ -14,9 +14,9 @@ from collections import Counter
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views import deployment_shapes
 from vllmdiag.analysis.views.deployments import Deployment, display_title
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.kv_wait import waits_for_kv
 from vllmdiag.analysis.views.parallel_ranks import pp_waiting_stages
 from vllmdiag.analysis.views.progress import (

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.progress import HELD_S
 from vllmdiag.analysis.views.rank_compare import fold
 from vllmdiag.analysis.views.startup_progress import StartupPicture, startup_picture

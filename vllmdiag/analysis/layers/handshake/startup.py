@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.coverage import blind
 from vllmdiag.analysis.views.deployments import Deployment, display_title
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.model import Finding, Snapshot
 from vllmdiag.vocab.stack_classes import HANDSHAKE, INIT_DEVICE, LOAD_MODEL, NCCL_INIT, WAIT_FOR_READY, WAIT_UNTIL_READY, WARMUP
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views import nvml_pids
 from vllmdiag.analysis.views.deployments import Deployment, display_title, rank_of, role_of
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.model import Culprit, Finding, Snapshot
 
 LAYER = "process"

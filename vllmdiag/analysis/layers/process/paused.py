@@ -10,8 +10,8 @@ said as paused (degraded, a warning with no culprit), never as a hang, and the w
 from __future__ import annotations
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import finding
 from vllmdiag.analysis.views.deployments import display_title
-from vllmdiag.analysis.views.findings import finding
 from vllmdiag.model import Finding
 from vllmdiag.vocab.stack_classes import ENGINE_PAUSED
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment, role_of
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.second_look_classes import held
 from vllmdiag.model import Finding, Snapshot
 from vllmdiag.vocab.stack_classes import ENGINE_BUSY, IDLE

@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment, role_of
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.grammar_looks import GrammarLook, engine_looks, in_grammar
 from vllmdiag.analysis.views.progress import COUNTERS, HELD_S, all_passes, deployment_progress, metric_samples
 from vllmdiag.model import Finding, Snapshot

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import finding
 from vllmdiag.analysis.views import kv_transfer
 from vllmdiag.analysis.views.deployments import Deployment
-from vllmdiag.analysis.views.findings import finding
 from vllmdiag.analysis.views.kv_wait import kv_wait
 from vllmdiag.model import Culprit, Finding, Snapshot
 

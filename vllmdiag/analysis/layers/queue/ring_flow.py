@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
+from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment, display_title
-from vllmdiag.analysis.views.findings import culprit, finding
 from vllmdiag.analysis.views.ring_roles import MiB, RingRole
 from vllmdiag.model import Culprit, Finding, Snapshot
 from vllmdiag.vocab.shm_names import by_kind, leftovers, segment_kind, unseen_maps

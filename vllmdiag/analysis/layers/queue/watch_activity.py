@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.facts import Facts
-from vllmdiag.analysis.views.findings import finding
+from vllmdiag.analysis.findings import finding
 from vllmdiag.model import Finding
 
 LAYER = "queue"

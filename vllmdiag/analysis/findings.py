@@ -1,4 +1,5 @@
-"""Small builders shared by the layer analyses."""
+"""The finding builders every analyzer (``analysis/layers/``) and cross-node check uses (pure): a finding and its
+culprits in the model's shape. Builders, not a derived view, so not in ``analysis/views/``."""
 
 from __future__ import annotations
 
