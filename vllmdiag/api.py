@@ -21,6 +21,7 @@ Options = CollectOptions | dict[str, Any] | None
 
 if TYPE_CHECKING:  # the report classes load when a verdict is made, not for a collect
     from vllmdiag.model import NodeOutcome, Report
+    from vllmdiag.runtime.run import Run
 
 EXIT_CODES = {"healthy": EXIT_HEALTHY, "starting": EXIT_HEALTHY, "blocked": EXIT_PROBLEM, "degraded": EXIT_PROBLEM,
               "no-deployment": EXIT_NO_DEPLOYMENT, "inconclusive": EXIT_INCONCLUSIVE}
@@ -71,62 +72,108 @@ DEFAULT_CONFIRM_S = 10.0
 def triage(*, pids: list[int] | None = None, probes: list[str] | None = None,
            options: Options = None, budget_s: float = DEFAULT_BUDGET_S,
            ctx: Context | None = None, confirm_s: float = DEFAULT_CONFIRM_S,
-           on_confirm: Callable[[float, float], None] | None = None, origin: float | None = None) -> TriageResult:
+           on_confirm: Callable[[float, float], None] | None = None, origin: float | None = None,
+           run: Run | None = None) -> TriageResult:
     """The quick pass; a stack resample of the few pictures that would be a hang if they held; and,
     only when work is in flight and nothing moved, the confirm window (``confirm_s``, 0 = off).
 
-    ``budget_s`` counts from ``origin`` (the CLI passes its process's start: interpreter start and
-    imports are part of the promise; default now). The collector gets what is left less what
-    analysis keeps (vllmdiag/runtime/deadline.py); with ``origin`` given, analysis that would run past the
-    budget + 1 s is cut and the verdict is inconclusive from what was collected, saying so."""
-    from vllmdiag.runtime import deadline, priority, second_look
+    ``run``: the command's time as its door built it (vllmdiag/runtime/run.py); without it, one is made
+    from ``budget_s``, ``confirm_s`` and ``origin``. The budget counts from ``origin`` (the CLI passes its
+    process's start: interpreter start and imports are part of the promise; default now). The collector
+    gets what is left less what analysis keeps (vllmdiag/runtime/deadline.py); with ``origin`` given,
+    analysis that would run past the budget + 1 s is cut and the verdict is inconclusive from what was
+    collected, saying so. The work is ``TRIAGE_STAGES``, in order; each asks the run whether it fits."""
+    from vllmdiag.runtime import second_look
+    from vllmdiag.runtime.run import Run
 
-    guarded = origin is not None
-    started = time.monotonic() if origin is None else origin  # the confirm window counts from here too
+    run = run or Run(budget_s=budget_s, confirm_s=confirm_s, origin=origin)
     opts = as_options(options).merged({"pids": list(pids)}) if pids else as_options(options)
-    wanted = set(pids) if pids else None
-    quick_ctx = second_look.fresh_context(ctx)
-    startup = _since(started)
-    if guarded and startup >= budget_s:  # the start before our code ran took the whole budget
-        if not priority.realtime():
-            # Starved at normal priority (no root, --no-boost): a collection now would be blind and
-            # late; the verdict goes out at once, saying why.
-            return TriageResult(out_of_time(spent_in_startup(opts, budget_s, startup), budget_s, "start-up"))
-        # Boosted, what follows runs at full speed: a quick pass (LATE_COLLECT_S: a healthy one takes
-        # 0.2-0.4 s, the cap binds only on a slow probe) and the last word after it, not deadlines already
-        # gone. A true verdict a little late beats an inconclusive one.
-        started = time.monotonic() - max(0.0, budget_s - LATE_COLLECT_S - deadline.AFTER_S)
-    snap = collect_node(probes=probes, options=opts, budget_s=deadline.collector_budget(budget_s, started), ctx=ctx,
-                        until=started + budget_s - deadline.AFTER_S)
-    note(snap, command_budget_s=budget_s, startup_s=round(startup, 3))
-    last_word = started + budget_s + deadline.LAST_WORD_S - RENDER_S
+    t = _Triage(run=run, wanted=set(pids) if pids else None, probes=probes, options=opts, ctx=ctx,
+                quick_ctx=second_look.fresh_context(ctx), on_confirm=on_confirm)
+    run.begin()
+    for _name, stage in TRIAGE_STAGES:
+        verdict = stage(t)
+        if verdict is not None:
+            return TriageResult(verdict)
+    assert t.report is not None  # the analysis stage made it
+    return TriageResult(t.report)
+
+
+@dataclass
+class _Triage:
+    """What the stages of one triage share: its run, what was asked, and what they found so far."""
+
+    run: Run
+    wanted: set[int] | None
+    probes: list[str] | None
+    options: CollectOptions
+    ctx: Context | None
+    quick_ctx: Context | None  # a fresh context on the same roots, for the confirm window's passes
+    on_confirm: Callable[[float, float], None] | None
+    snap: Snapshot | None = None
+    done_at: float = 0.0  # when the quick pass's collector returned
+    report: Report | None = None
+
+
+def _start_up(t: _Triage) -> Report | None:
+    """A start before our code ran that took the whole budget: at normal priority (no root, --no-boost)
+    a collection now would be blind and late, so the verdict goes out at once, saying why; boosted,
+    the run starts late (Run.start_late) and the stages follow at full speed."""
+    if not t.run.start_took_it_all():
+        return None
+    if not t.run.realtime():
+        return out_of_time(spent_in_startup(t.options, t.run.budget_s, t.run.startup_s), t.run.budget_s, "start-up")
+    t.run.start_late()
+    return None
+
+
+def _quick_pass(t: _Triage) -> Report | None:
+    t.snap, t.done_at = quick_pass(probes=t.probes, options=t.options, budget_s=t.run.collector_budget(), ctx=t.ctx)
+    return None
+
+
+def _second_look(t: _Triage) -> Report | None:
+    assert t.snap is not None
+    look_again(t.snap, probes=t.probes, options=t.options, ctx=t.ctx, done_at=t.done_at, until=t.run.collect_until())
+    note(t.snap, command_budget_s=t.run.budget_s, startup_s=round(t.run.startup_s, 3))  # the passes are done
+    return None
+
+
+def _analyze(t: _Triage) -> Report | None:
+    from vllmdiag.runtime import deadline
+
+    assert t.snap is not None
     try:
-        with deadline.guard(last_word if guarded else None):
+        with deadline.guard(t.run.analysis_cut()):
             from vllmdiag.analysis.bisect import analyze  # loaded while the child collected (warm_analysis)
 
-            report = analyze([snap], wanted)
+            t.report = analyze([t.snap], t.wanted)
     except deadline.BudgetSpent:
-        return TriageResult(out_of_time(snap, budget_s, "analysis"))
-    from vllmdiag.runtime import lastword
-
-    if watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=opts,
-                        ctx=quick_ctx, on_confirm=on_confirm,
-                        opening=lambda: lastword.postpone(started + max(budget_s, confirm_s))):
-        try:
-            with deadline.guard(started + max(budget_s, confirm_s) + deadline.LAST_WORD_S - RENDER_S
-                                if guarded else None):
-                report = analyze([snap], wanted)
-        except deadline.BudgetSpent:
-            return TriageResult(out_of_time(snap, max(budget_s, confirm_s), "analysis of the confirm window"))
-    return TriageResult(report)
+        return out_of_time(t.snap, t.run.budget_s, "analysis")
+    return None
 
 
-LATE_COLLECT_S = 1.0  # the collector's cap after a start that ran past the budget (boosted)
-RENDER_S = 0.3  # of the last second: what drawing the verdict keeps after analysis
+def _confirm_window(t: _Triage) -> Report | None:
+    from vllmdiag.runtime import deadline
+
+    assert t.snap is not None and t.report is not None
+    if not watch_if_stalled(t.snap, t.report, confirm_s=t.run.confirm_s, started=t.run.started, probes=t.probes,
+                            options=t.options, ctx=t.quick_ctx, on_confirm=t.on_confirm, opening=t.run.window_opened):
+        return None
+    try:
+        with deadline.guard(t.run.window_analysis_cut()):
+            from vllmdiag.analysis.bisect import analyze
+
+            t.report = analyze([t.snap], t.wanted)
+    except deadline.BudgetSpent:
+        return out_of_time(t.snap, max(t.run.budget_s, t.run.confirm_s), "analysis of the confirm window")
+    return None
 
 
-def _since(t: float) -> float:
-    return time.monotonic() - t
+# A triage, in order: each stage returns the verdict to stop with (out of time), or None to go on.
+TRIAGE_STAGES: tuple[tuple[str, Callable[[_Triage], Report | None]], ...] = (
+    ("start-up", _start_up), ("quick pass", _quick_pass), ("second look", _second_look), ("analysis", _analyze),
+    ("confirm window", _confirm_window))
 
 
 def out_of_time(snap: Snapshot, budget_s: float, phase: str) -> Report:
@@ -195,20 +242,20 @@ def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, starte
 
 def collect_confirmed(*, probes: list[str] | None = None, options: Options = None,
                       budget_s: float = DEFAULT_BUDGET_S, confirm_s: float = 0.0,
-                      origin: float | None = None, on_window: Callable[[], None] | None = None) -> Snapshot:
+                      origin: float | None = None, on_window: Callable[[], None] | None = None,
+                      run: Run | None = None) -> Snapshot:
     """``vllmdiag collect [--confirm S]``: the node's snapshot, with triage's confirm window when its
     quick pass sees work in flight and nothing moving (a sweep's nodes watch in parallel, each on its
     own). A healthy node pays one analysis of its own snapshot; a node without the rules (a --ship
-    bundle lacking PyYAML) keeps the quick pass and says why."""
-    from vllmdiag.runtime import deadline
+    bundle lacking PyYAML) keeps the quick pass and says why. ``run``: as in triage (the door's, else made
+    from ``budget_s``, ``confirm_s`` and ``origin``: the budget and the window count from ``origin``)."""
+    from vllmdiag.runtime.run import Run
 
-    # As in triage: the budget and the window count from ``origin`` (the CLI: its process's start).
-    started = time.monotonic() if origin is None else origin
-    startup = _since(started)
-    snap = collect_node(probes=probes, options=options, budget_s=deadline.collector_budget(budget_s, started),
-                        until=started + budget_s - deadline.AFTER_S)
-    note(snap, command_budget_s=budget_s, startup_s=round(startup, 3))
-    if confirm_s <= 0:
+    run = run or Run(budget_s=budget_s, confirm_s=confirm_s, origin=origin)
+    startup = run.begin()
+    snap = collect_node(probes=probes, options=options, budget_s=run.collector_budget(), until=run.collect_until())
+    note(snap, command_budget_s=run.budget_s, startup_s=round(startup, 3))
+    if run.confirm_s <= 0:
         return snap
     try:
         from vllmdiag.analysis.bisect import analyze
@@ -218,7 +265,7 @@ def collect_confirmed(*, probes: list[str] | None = None, options: Options = Non
     except (ImportError, OSError, ValueError) as exc:
         note(snap, confirm=f"skipped: {type(exc).__name__}: {exc}")
         return snap
-    watch_if_stalled(snap, report, confirm_s=confirm_s, started=started, probes=probes, options=options,
+    watch_if_stalled(snap, report, confirm_s=run.confirm_s, started=run.started, probes=probes, options=options,
                      opening=on_window)
     return snap
 
@@ -227,17 +274,31 @@ def collect_node(*, probes: list[str] | None = None, options: Options = None,
                  budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, until: float | None = None) -> Snapshot:
     """One node's snapshot as triage and ``vllmdiag collect`` take it: the quick pass, then a second
     stack dump of the few processes whose picture would be a hang if it held (costs nothing when
-    nothing looks odd). The choice of those pids is analysis; a node without it (a --ship bundle
-    lacking the rules) keeps the quick pass alone. ``until``: the resample must end by then (the
-    command's budget), else it is skipped and the snapshot says so."""
+    nothing looks odd). ``until``: the resample must end by then (the command's budget), else it is
+    skipped and the snapshot says so."""
+    snap, done_at = quick_pass(probes=probes, options=options, budget_s=budget_s, ctx=ctx)
+    look_again(snap, probes=probes, options=options, ctx=ctx, done_at=done_at, until=until)
+    return snap
+
+
+def quick_pass(*, probes: list[str] | None, options: Options, budget_s: float,
+               ctx: Context | None) -> tuple[Snapshot, float]:
+    """The quick pass (analysis warms up in this process meanwhile) and when its collector returned."""
+    snap = collect(probes=probes, options=options, budget_s=budget_s, ctx=ctx, meanwhile=warm_analysis,
+                   on_result=classify_early())
+    return snap, time.monotonic()
+
+
+def look_again(snap: Snapshot, *, probes: list[str] | None, options: Options, ctx: Context | None,
+               done_at: float, until: float | None) -> None:
+    """The second look: the stacks of the processes whose picture would be a hang if it held, dumped
+    again. The choice of those pids is analysis; a node without it (a --ship bundle lacking the rules)
+    keeps the quick pass alone. Skipped, saying so, when ``until`` leaves no room for it."""
     from vllmdiag.runtime import second_look
 
     quick_ctx = second_look.fresh_context(ctx)
-    snap = collect(probes=probes, options=options, budget_s=budget_s, ctx=ctx, meanwhile=warm_analysis,
-                   on_result=classify_early())
-    done_at = time.monotonic()
     if probes is not None and "stacks" not in probes:
-        return snap
+        return
     from vllmdiag.runtime.hardstop import GRACE_S
 
     def left() -> float:
@@ -248,22 +309,21 @@ def collect_node(*, probes: list[str] | None = None, options: Options = None,
         # No room for a second look, so no choosing one either: that is analysis, and on a starved node
         # (--no-boost under load) it took seconds past the budget before the verdict's own guard began.
         note(snap, resample=f"skipped: {max(0.0, left()):.1f} s of the budget left for a second look")
-        return snap
+        return
     try:
         from vllmdiag.analysis.contract import second_look_pids
 
         again = second_look_pids(snap)
     except (ImportError, OSError, ValueError) as exc:  # rules missing or unreadable: say so, keep the pass
         note(snap, resample=f"skipped: {type(exc).__name__}: {exc}")
-        return snap
+        return
     if again:
         room = left()
         if room < second_look.MIN_RESAMPLE_S:
             note(snap, resample=f"skipped: {max(0.0, room):.1f} s of the budget left for it")
-            return snap
+            return
         second_look.resample(snap, again, collect, as_options(options), quick_ctx, time.monotonic() - done_at,
-                         budget_s=min(second_look.PASS_BUDGET_S, room))
-    return snap
+                             budget_s=min(second_look.PASS_BUDGET_S, room))
 
 
 def warm_analysis() -> None:

@@ -146,7 +146,7 @@ def _collect_passthrough(**given: Any) -> int:
 
 def triage_command(**given: Any) -> int:
     """Diagnose this node now: which layer stopped the flow, and which process or rank stopped it."""
-    from vllmdiag.api import RENDER_S, triage
+    from vllmdiag.api import triage
     from vllmdiag.runtime import deadline, lastword
 
     o = with_defaults(TRIAGE, given)  # the options as declared in cli/options.py (typer passes them all)
@@ -167,6 +167,7 @@ def triage_command(**given: Any) -> int:
     from vllmdiag.registry import opt_in
     from vllmdiag.runtime.options import collect_options
     from vllmdiag.runtime.record import Collected
+    from vllmdiag.runtime.run import RENDER_S, Run
 
     # --pid travels as triage's own argument (api.triage adds it: the snapshot's key order as always).
     options = collect_options(native=native, nonblocking=nonblocking, nccl_ras=o["nccl_ras"],
@@ -176,8 +177,8 @@ def triage_command(**given: Any) -> int:
 
     _verbose(o["verbose"])
     with _confirm_bar() as tick, WatchBar(watch, enabled=sys.stderr.isatty() and not json_out) as bar:
-        result = triage(pids=o["pid"], probes=o["probe"], options=options, budget_s=budget + watch, confirm_s=confirm,
-                        on_confirm=bar.chain(tick), origin=origin)
+        result = triage(pids=o["pid"], probes=o["probe"], options=options, on_confirm=bar.chain(tick),
+                        run=Run(budget_s=budget + watch, confirm_s=confirm, origin=origin))
     if o["pid"] and result.report.verdict.status == "no-deployment":
         pid_not_in_a_deployment(result.report, o["pid"])
     from vllmdiag.watch.history import say_remembered

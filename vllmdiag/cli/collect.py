@@ -57,13 +57,15 @@ def main(argv: list[str]) -> int:
     from vllmdiag.api import collect_confirmed as collect
     from vllmdiag.registry import opt_in
     from vllmdiag.runtime.options import collect_options
+    from vllmdiag.runtime.run import Run
+
+    run = Run(budget_s=args.budget, confirm_s=args.confirm, origin=origin)  # the command's time, built once
 
     try:
         options = collect_options(native=args.native, nonblocking=args.nonblocking, nccl_ras=args.nccl_ras,
                                   preflight=args.preflight, enable=opt_in(args.enable or []), pids=args.pid,
                                   node=args.node, no_boost=args.no_boost)
-        snap = collect(probes=args.probe, options=options, budget_s=args.budget, confirm_s=args.confirm,
-                       origin=origin, on_window=lambda: _say_confirming(origin + max(args.budget, args.confirm)))
+        snap = collect(probes=args.probe, options=options, run=run, on_window=lambda: _say_confirming(run.window_end()))
     except VllmdiagError as exc:  # an unknown --probe, ...: one line and its exit code
         sys.stderr.write(f"vllmdiag collect: {one_line(exc)}\n")
         return exc.exit_code
