@@ -237,7 +237,6 @@ def test_a_decode_rank_polling_its_kv_connector_is_never_a_rank_stuck_alone(monk
     window; the gpu layer must not call it a stuck rank."""
     from vllmdiag.analysis import facts as facts_module
     from vllmdiag.analysis.layers.gpu import lone_rank
-    from vllmdiag.analysis.views import kv_wait as kv_wait_view
     from vllmdiag.analysis.views.deployments import find_deployments
     from vllmdiag.analysis.views.kv_wait import kv_wait
     from vllmdiag.analysis.views.stack_match import classify_snapshot
@@ -258,9 +257,8 @@ def test_a_decode_rank_polling_its_kv_connector_is_never_a_rank_stuck_alone(monk
             out[pid] = dataclasses.replace(out[pid], name=KV_TRANSFER)
         return out
     monkeypatch.setattr(facts_module, "classify_snapshot", caught)
-    monkeypatch.setattr(kv_wait_view, "classify_snapshot", caught)
     mine = [d for d in find_deployments(snap) if d.root_pid == dep.root_pid]
-    wait = kv_wait(snap, mine[0])
+    wait = kv_wait(facts_module.Facts.of(snap, mine), mine[0])
     assert wait is not None and pid in wait["polling_pids"]  # the queue layer's finding holds: it waits for KV
     rank = next(p for p in mine[0].processes if p["pid"] == pid)
     monkeypatch.setattr(lone_rank, "lone_rank", lambda procs, cls: rank)  # alone busy,

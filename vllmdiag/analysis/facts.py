@@ -80,6 +80,10 @@ class Facts:
             self._progress[id(dep)] = (dep, deployment_progress(self.passes, [dep])[0])
         return self._progress[id(dep)][1]
 
+    def progress_of(self, deployments: list[Deployment]) -> list[Progress]:
+        """``progress(dep)`` of each, in order."""
+        return [self.progress(dep) for dep in deployments]
+
     def rank_groups(self, dep: Deployment) -> list[Deployment]:
         """The deployment's independent rank groups (views/rank_groups.py)."""
         if id(dep) not in self._groups:

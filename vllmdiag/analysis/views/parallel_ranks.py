@@ -4,11 +4,12 @@ Read by the gpu-layer analyzers (parallel_groups, dp_world, stall) and the cross
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from vllmdiag.analysis.views.deployments import Deployment, role_of
+from vllmdiag.analysis.views.deployments import role_of
+from vllmdiag.analysis.views.progress import Progress
 from vllmdiag.analysis.views.stack_match import StackClass
-from vllmdiag.model import Snapshot
 from vllmdiag.vocab.stack_classes import COLLECTIVE, DP_SYNC, ENGINE_DP_SYNC, ENGINE_IDLE, IDLE
 
 SYNC = (DP_SYNC, ENGINE_DP_SYNC)
@@ -16,12 +17,11 @@ LIVE = ("Z", "X")
 RESTING = (IDLE, ENGINE_IDLE)  # waiting for work: a rank found there twice stays out of the step
 
 
-def stalled_deployments(snapshot: Snapshot, deployments: list[Deployment]) -> dict[str, float]:
+def stalled_deployments(progress: Iterable[Progress]) -> dict[str, float]:
     """Deployment id -> window (s) for those with work in flight and nothing moved for HELD_S or more."""
-    from vllmdiag.analysis.views.progress import HELD_S, all_passes, deployment_progress, is_stalled
+    from vllmdiag.analysis.views.progress import HELD_S, is_stalled
 
-    return {p.deployment_id: p.window_s for p in deployment_progress(all_passes(snapshot), deployments)
-            if is_stalled(p) and p.window_s >= HELD_S}
+    return {p.deployment_id: p.window_s for p in progress if is_stalled(p) and p.window_s >= HELD_S}
 
 
 def live_workers(procs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllmdiag.analysis.views import nvml_pids
-from vllmdiag.analysis.views.deployments import Deployment, display_title, role_of
+from vllmdiag.analysis.views.deployments import display_title, role_of
 from vllmdiag.analysis.views.moe_step import ep_op
+from vllmdiag.analysis.views.progress import Progress
 from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Finding, Snapshot
 from vllmdiag.vocab.stack_classes import COLLECTIVE, COMPILING
@@ -36,24 +38,21 @@ class GroupCompare:
     odd: list[OddRank] = field(default_factory=list)
 
 
-def moving_deployments(snapshot: Snapshot, deployments: list[Deployment]) -> set[str]:
+def moving_deployments(progress: Iterable[Progress]) -> set[str]:
     """Deployments whose output counters moved while we looked: an odd picture held across
     a 0.3 s resample there is a step in passing on a starved CPU, not a hang (seen on a 2-core host
     at load 14: TP1 twice in its forward while TP0 waited, tokens 34 -> 43 meanwhile)."""
-    from vllmdiag.analysis.views.progress import COUNTERS, all_passes, deployment_progress
+    from vllmdiag.analysis.views.progress import COUNTERS
 
     # Only output counters count: a ring or stack change may be the last step before the hang.
     counters = tuple(k.replace("_", " ") for k in COUNTERS)
-    return {p.deployment_id for p in deployment_progress(all_passes(snapshot), deployments)
-            if any(m.startswith(counters) for m in p.moved_what)}
+    return {p.deployment_id for p in progress if any(m.startswith(counters) for m in p.moved_what)}
 
 
-def seen_moving_deployments(snapshot: Snapshot, deployments: list[Deployment]) -> set[str]:
+def seen_moving_deployments(progress: Iterable[Progress]) -> set[str]:
     """Deployments seen moving by any evidence (counters, ring flags, stacks) over the window: weaker than
     ``moving_deployments``, enough to read a picture nobody looked at twice as one in passing."""
-    from vllmdiag.analysis.views.progress import all_passes, deployment_progress
-
-    return {p.deployment_id for p in deployment_progress(all_passes(snapshot), deployments) if p.moved}
+    return {p.deployment_id for p in progress if p.moved}
 
 
 def in_passing(found: list[Finding]) -> None:

@@ -90,7 +90,7 @@ def _metrics(facts: Facts, dep: Deployment, server: dict[str, Any], gap: float) 
         busy_below = _engines_waiting_below(facts, engines)
         # A P/D decode instance whose requests wait for remote KV schedules nothing by design: the queue
         # layer names the producer (queue/kv_connector); blaming the local engine here would be the wrong culprit.
-        kv_wait = waits_for_kv(snap, dep)
+        kv_wait = waits_for_kv(facts, dep)
         return [finding("client.requests_stuck_waiting", LAYER, "info" if busy_below or kv_wait else "critical", snap, dep,
                         f"{m1['waiting']:.0f} request(s) wait while none runs and no token was produced in {gap:.2f} s: "
                         + ("they wait for KV from the prefill instance." if kv_wait else "the engine schedules nothing."),

@@ -38,7 +38,7 @@ def analyze(facts: Facts) -> list[Finding]:
         return []
     classes, again = facts.classes, facts.again
     every = [m.dep for w in worlds for m in w.members]
-    moving, stalled = moving_deployments(snapshot, every), stalled_deployments(snapshot, every)
+    moving, stalled = moving_deployments(facts.progress_of(every)), stalled_deployments(facts.progress_of(every))
     out: list[Finding] = []
     for world in worlds:
         out += _judge(snapshot, world, classes, again, moving, stalled)

@@ -57,7 +57,7 @@ def analyze(facts: Facts) -> list[Finding]:
         still = rings_still(snapshot, dep)
         if held(rank["pid"], first, again) is not True or still is False:
             continue  # moved on, or never looked at twice: a normal step caught in passing
-        if first.name == KV_TRANSFER and rank["pid"] in ((kv_wait(snapshot, dep) or {}).get("polling_pids") or []):
+        if first.name == KV_TRANSFER and rank["pid"] in ((kv_wait(facts, dep) or {}).get("polling_pids") or []):
             # A P/D decode instance waiting for its producer's KV: its rank polls the connector, and the
             # queue layer names the wait (seen under a loaded CI run: called a stuck rank instead).
             continue

@@ -53,9 +53,8 @@ def analyze(facts: Facts) -> list[Finding]:
     snapshot, deployments = facts.snapshot, facts.deployments
     classes = facts.classes
     again = facts.again
-    moving = moving_deployments(snapshot, deployments)
-    stalled = stalled_deployments(snapshot, deployments)
-    seen_moving = seen_moving_deployments(snapshot, deployments)
+    progress = facts.progress_of(deployments)
+    moving, stalled, seen_moving = moving_deployments(progress), stalled_deployments(progress), seen_moving_deployments(progress)
     out: list[Finding] = []
     for dep in deployments:
         if dep.id in moving:

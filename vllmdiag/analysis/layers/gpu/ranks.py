@@ -43,8 +43,8 @@ def analyze(facts: Facts) -> list[Finding]:
     classes = facts.classes
     again = facts.again
     gpus = gpu_by_pid(snapshot)
-    moving = moving_deployments(snapshot, deployments)
-    seen_moving = seen_moving_deployments(snapshot, deployments)
+    moving = moving_deployments(facts.progress_of(deployments))
+    seen_moving = seen_moving_deployments(facts.progress_of(deployments))
     out: list[Finding] = []
     for dep in deployments:
         out += _classes_summary(snapshot, dep, classes)

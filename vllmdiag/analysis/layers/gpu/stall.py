@@ -79,7 +79,7 @@ def analyze(facts: Facts) -> list[Finding]:
         parts = group_progress(passes, dep) if len(dep.engines) > 1 else []
         parts = parts if len(parts) > 1 else [(dep, p)]
         held = [(g, gp) for g, gp in parts if stall_seen(gp) and gp.window_s >= SEEN_ONCE_S]
-        if not held or waits_for_kv(snapshot, dep):
+        if not held or waits_for_kv(facts, dep):
             out.append(_progress_info(snapshot, dep, p))
             continue
         for g, gp in held:

@@ -32,7 +32,7 @@ def analyze(facts: Facts) -> list[Finding]:
         if not kv:
             continue
         out.append(_connector(snapshot, dep, kv))
-        wait = kv_wait(snapshot, dep)
+        wait = kv_wait(facts, dep)
         if wait is not None:
             out.append(_waiting(snapshot, dep, kv, wait))
     return out
