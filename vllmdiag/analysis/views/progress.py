@@ -107,7 +107,15 @@ def deployment_progress(passes: list[Snapshot], deployments: list[Deployment] | 
         return []
     deps = deployments if deployments is not None else find_deployments(passes[0])
     window = _window(passes)
-    return [_whole(dep, group_progress(passes, dep, window), window, len(passes)) for dep in deps]
+    return [progress_and_groups(passes, dep, window)[0] for dep in deps]
+
+
+def progress_and_groups(passes: list[Snapshot], dep: Deployment, window: float | None = None
+                        ) -> tuple[Progress, list[tuple[Deployment, Progress]]]:
+    """The deployment's progress and its rank groups' (``group_progress``), the first made of the others."""
+    at = _window(passes) if window is None else window
+    groups = group_progress(passes, dep, at)
+    return _whole(dep, groups, at, len(passes)), groups
 
 
 def group_progress(passes: list[Snapshot], dep: Deployment, window: float | None = None

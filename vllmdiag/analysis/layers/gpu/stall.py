@@ -22,7 +22,6 @@ from vllmdiag.analysis.views.parallel_ranks import pp_waiting_stages
 from vllmdiag.analysis.views.progress import (
     HELD_S,
     Progress,
-    group_progress,
     is_stalled,
     same_place,
     stall_seen,
@@ -65,7 +64,6 @@ Seen = dict[int, tuple[StackClass, str | None]]  # pid -> latest class, call sit
 
 def analyze(facts: Facts) -> list[Finding]:
     snapshot, deployments = facts.snapshot, facts.deployments
-    passes = facts.passes
     gpus = gpu_by_pid(snapshot)
     out: list[Finding] = []
     for dep in deployments:
@@ -76,7 +74,7 @@ def analyze(facts: Facts) -> list[Finding]:
             out += [_with_progress(f, p) for f in odd] or [_progress_info(snapshot, dep, p, starting=True)]
             continue
         # Each rank group on its own (dense DP engines): one group's movement never vouches for another's.
-        parts = group_progress(passes, dep) if len(dep.engines) > 1 else []
+        parts = facts.group_progress(dep) if len(dep.engines) > 1 else []
         parts = parts if len(parts) > 1 else [(dep, p)]
         held = [(g, gp) for g, gp in parts if stall_seen(gp) and gp.window_s >= SEEN_ONCE_S]
         if not held or waits_for_kv(facts, dep):
