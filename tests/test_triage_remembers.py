@@ -130,8 +130,9 @@ def test_hostile_values_stay_one_plain_line(tmp_path: Path) -> None:
 
 def test_the_triage_command_says_it_first_then_its_own_look(tmp_path: Path) -> None:
     out = _watch_dir(tmp_path)
+    # no --pid: with one, a vLLM running beside the test makes it a usage error before the memory is said
     proc = subprocess.run([sys.executable, "-m", "vllmdiag", "triage", "--json", "--budget", "3", "--confirm", "0",
-                           "--no-boost", "--pid", str(os.getpid())],
+                           "--no-boost", "--probe", "processes"],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT), ENV: str(out)})
     assert proc.stderr.startswith("watch saw deployment gpu01:77 stall at 2027-01-15T07:50:00Z ("), proc.stderr
