@@ -127,3 +127,52 @@ def test_hostile_clients_never_fire_the_probe_nor_stop_the_passes(tmp_path: Path
     reliability.case(traceback="Traceback" in text)
     assert "Traceback" not in text, text[-3000:]
     assert len(text.splitlines()) < 12, text
+
+
+def _thread_cpu_s(tid: int) -> float:
+    fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+FLOOD = """
+import socket, sys, time
+host, port, until, n = sys.argv[1], int(sys.argv[2]), time.monotonic() + float(sys.argv[3]), 0
+while time.monotonic() < until:
+    try:
+        with socket.create_connection((host, port), timeout=2) as c:
+            c.sendall(b"GET /livez HTTP/1.0\\r\\n\\r\\n")
+            n += c.recv(4096).startswith(b"HTTP/1.1 200")
+    except OSError:
+        pass
+print(n)
+"""
+
+
+def test_a_flood_cannot_make_the_real_time_answerer_a_hog() -> None:
+    """The exporter's thread answers at SCHED_FIFO (as root): a flood of requests (other processes, so
+    no GIL slows them) must neither hold a core (it rests as long as it worked: at most about half of
+    one) nor run it 5 s without blocking, which RLIMIT_RTTIME would answer by killing the whole watcher.
+    Measured as a share of the flood's wall time."""
+    from vllmdiag.watch.exporter import Exporter
+
+    exp = Exporter("127.0.0.1", 0, lambda: [], routes={"/livez": lambda dep: (200, "ok")})
+    exp.start()
+    host, port = exp.address
+    floods: list[subprocess.Popen[str]] = []
+    try:
+        tid = exp.thread.native_id or 0
+        cpu0, t0 = _thread_cpu_s(tid), time.monotonic()
+        floods = [subprocess.Popen([sys.executable, "-c", FLOOD, host, str(port), "3"], stdout=subprocess.PIPE,
+                                   text=True) for _ in range(4)]
+        answered = sum(int(f.communicate(timeout=60)[0] or 0) for f in floods)
+        share = (_thread_cpu_s(tid) - cpu0) / (time.monotonic() - t0)
+        print(f"flood: {answered} answers, the answerer used {share:.0%} of a core")
+        assert answered > 100, answered
+        assert share < 0.6, f"the answerer took {share:.0%} of a core under a flood"
+        assert exp.thread.is_alive() and _raw(host, port, b"GET /livez HTTP/1.0\r\n\r\n").endswith(b"ok\n")
+    finally:
+        for f in floods:
+            if f.poll() is None:
+                f.kill()
+                f.wait()
+        exp.close()

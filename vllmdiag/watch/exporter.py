@@ -67,6 +67,7 @@ def _num(value: float) -> str:
 MAX_CLIENTS = 16  # Prometheus and a liveness probe need 1-2; beyond this a connection is closed at once
 DEADLINE_S = 5.0  # for the whole request, from accept to the last byte sent: not per read
 MAX_REQUEST = 8 << 10  # a GET line and its headers
+CPU_SLICE_S = 0.05  # the answerer's CPU between two rests (see Exporter._rest)
 LOG_EVERY_S = 60.0  # at most one line a minute about dropped connections
 
 
@@ -135,6 +136,7 @@ class Exporter:
         sel.register(self.sock, selectors.EVENT_READ, None)
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         conns: dict[socket.socket, _Conn] = {}
+        slice_start = time.thread_time()
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
@@ -148,12 +150,23 @@ class Exporter:
                 for c in [c for c in conns.values() if c.deadline <= now]:
                     self._drop(sel, conns, c, "past the whole-request deadline")
                 self._log(time.monotonic())
+                slice_start = self._rest(slice_start)
         except Exception as exc:  # noqa: BLE001 - the watcher outlives its exporter; one line says why
             self._say(f"metrics exporter stopped: {type(exc).__name__}: {exc}")
         finally:
             for c in list(conns.values()):
                 self._finish(sel, conns, c)
             sel.close()
+
+    def _rest(self, slice_start: float) -> float:
+        """A flood of requests must not make the real-time answerer a CPU hog, nor get the watcher killed by
+        RLIMIT_RTTIME (5 s at RT priority without once blocking): after each CPU_SLICE_S of its own CPU the
+        thread sleeps as long, so it blocks often and never takes more than half a core."""
+        used = time.thread_time() - slice_start
+        if used < CPU_SLICE_S:
+            return slice_start
+        time.sleep(used)
+        return time.thread_time()
 
     def _accept(self, sel: selectors.BaseSelector, conns: dict[socket.socket, _Conn]) -> None:
         for _ in range(64):  # what is queued now; a flood cannot keep this thread in accept
