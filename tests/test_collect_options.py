@@ -13,7 +13,7 @@ from vllmdiag.runtime.second_look import pass_options
 def test_a_dict_round_trips_exactly_unknown_keys_and_order_included() -> None:
     raw = {"watch_s": 5, "pids": [3, 1], "from_a_newer_writer": {"x": 1}, "native": True, "gate_ports": [8000]}
     opts = CollectOptions.from_dict(raw)
-    assert opts.pids == (3, 1) and opts.watch_s == 5 and opts.native and opts.gate_ports == (8000,)
+    assert opts.pids == (3, 1) and opts.rates_s == 5 and opts.native and opts.gate_ports == (8000,)
     assert json.dumps(opts.to_dict()) == json.dumps(raw)  # byte for byte: order and int-ness kept
     assert opts.cheap is False and opts.boost is True and "cheap" not in opts.to_dict()  # a default is not written
 
@@ -28,7 +28,7 @@ def test_merged_is_a_dict_update_and_without_drops_keys() -> None:
 
 def test_each_door_writes_the_keys_it_always_wrote() -> None:
     triage = collect_options(native=False, nonblocking=True, nccl_ras=False, probe_request=True,
-                             enable={"preflight": True}, no_boost=True, watch_s=2.0)
+                             enable={"preflight": True}, no_boost=True, rates_s=2.0)
     assert list(triage.to_dict()) == ["native", "nonblocking", "nccl_ras", "probe_request", "preflight", "boost",
                                       "watch_s"]
     collect = collect_options(native=False, nonblocking=False, nccl_ras=False, preflight=False,
@@ -53,7 +53,7 @@ def test_what_the_collection_did_is_written_under_its_old_keys_and_read_back_typ
     note(snap, budget_s=7.5)
     note(snap, priority={"policy": "SCHED_OTHER"}, resample="skipped: 0.1 s left")
     note(snap, startup_s=0.25, command_budget_s=8.0)  # written in FACTS order, whatever the call's order
-    note(snap, confirm=ConfirmWindow(requested_s=10.0, watched_s=3.2, passes=4, stopped="moved"))
+    note(snap, confirm=ConfirmWindow(requested_s=10.0, window_s=3.2, passes=4, stopped="moved"))
     assert list(snap.options) == ["native", "budget_s", "priority", "resample", "command_budget_s", "startup_s",
                                   "confirm"]
     assert snap.options["confirm"] == {"requested_s": 10.0, "watched_s": 3.2, "passes": 4, "stopped": "moved"}

@@ -163,9 +163,9 @@ def test_confirm_window_stops_as_soon_as_something_moves_and_records_what_it_wat
         return any(is_stalled(p) for p in deployment_progress(all_passes(s)))
 
     ticks: list[float] = []
-    confirm.watch(first, [1], 30.0, still, collect, {"watch_s": 5, "probe_request": True, "native": True}, None,
-                  lambda watched, window: ticks.append(watched))
+    confirm.confirm_window(first, [1], 30.0, still, collect, {"watch_s": 5, "probe_request": True, "native": True},
+                           None, lambda looked, window: ticks.append(looked))
     assert len(first.passes) == 3 and first.options["confirm"]["stopped"] == "moved" and len(ticks) == 3
     assert first.options["confirm"]["watched_s"] < 30 and first.passes[0].options == {}
-    # Follow-up passes never repeat the one-shot looks (a completion request, --watch's stretch).
+    # Follow-up passes never repeat the one-shot looks (a completion request, --rates' stretch).
     assert all("probe_request" not in o and "watch_s" not in o and o["native"] for o in seen_options)

@@ -236,7 +236,8 @@ def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, starte
 
     if opening is not None:  # collect on a swept node: say so now, the sweep extends its deadline for it
         opening()
-    second_look.watch(snap, sorted(roots), confirm_s, still, collect, as_options(options), ctx, on_confirm, started, probes)
+    second_look.confirm_window(snap, sorted(roots), confirm_s, still, collect, as_options(options), ctx, on_confirm,
+                               started, probes)
     return True
 
 

@@ -172,7 +172,7 @@ def triage_command(**given: Any) -> int:
     # --pid travels as triage's own argument (api.triage adds it: the snapshot's key order as always).
     options = collect_options(native=native, nonblocking=nonblocking, nccl_ras=o["nccl_ras"],
                               probe_request=o["probe_request"], enable=opt_in(o["enable"] or []),
-                              no_boost=o["no_boost"], watch_s=watch)
+                              no_boost=o["no_boost"], rates_s=watch)
     from vllmdiag.cli.progress_line import WatchBar
 
     _verbose(o["verbose"])

@@ -39,7 +39,7 @@ class RankCell:
 
 @dataclass
 class TimelineRow:
-    """One thing watched: the times (s since the first pass began) it was looked at, and those at which it
+    """One thing looked at: the times (s since the first pass began) it was looked at, and those at which it
     had changed since the look before. Never moved in the window: ``moved`` is empty."""
 
     kind: str  # rank | ring | counter
@@ -63,7 +63,7 @@ class TimelineRow:
 
 @dataclass
 class Timeline:
-    """The passes over one deployment: when each began and how long they spanned, and one row per thing watched."""
+    """The passes over one deployment: when each began and how long they spanned, and one row per thing looked at."""
 
     window_s: float = 0.0
     passes: list[float] = field(default_factory=list)  # when each pass began, s since the first

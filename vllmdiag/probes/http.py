@@ -39,7 +39,7 @@ LABELED = {"vllm:num_requests_kv_fetch_by_stage": ("stage", "kv_fetch_", ("waiti
 # (vLLM reserves the HTTP port long before listen(), vllm-internals 3.3 step 8) is in none of them.
 NET_TABLES = {"tcp": 9, "tcp6": 9, "udp": 9, "udp6": 9, "raw": 9, "raw6": 9, "udplite": 9, "udplite6": 9, "unix": 6,
               "netlink": 9, "packet": 8}  # table -> column of the inode
-MIN_GAP_S = 0.1  # Send-Q and token counters; taken when the slow probes are back, so usually longer; --watch stretches it
+MIN_GAP_S = 0.1  # Send-Q and token counters; taken when the slow probes are back, so usually longer; --rates stretches it
 RESERVE_S = 1.5  # kept for the second sample after waiting for the other probes
 MAX_BODY = 8 << 20
 MAX_DROPPED = 5  # /metrics values refused (not finite, negative) named in the sample

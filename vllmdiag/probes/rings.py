@@ -50,7 +50,7 @@ class _Ring:
         entry: dict[str, Any] = {"t_s": round(time.monotonic() - self.t0, 3), "written": sum(s[0] for s in slots),
                                  "unread": unread}
         if not self.samples or slots != self.last:
-            entry["flags"] = rf.flags_text(slots)  # only when changed: a long --watch stays small
+            entry["flags"] = rf.flags_text(slots)  # only when changed: a long --rates stays small
         if len(self.samples) < MAX_KEPT_SAMPLES:
             self.samples.append(entry)
         self.unreads.append(unread)
@@ -157,7 +157,7 @@ def _open(seg: dict[str, Any], t0: float, rejected: list[dict[str, Any]]) -> _Ri
 
 def _sample_until_others_done(ctx: Context, rings: list[_Ring], t0: float) -> None:
     stop_by = min(t0 + SPEC.timeout_s - 1.0, ctx.deadline - MARGIN_S)
-    keep_until = t0 + max(INTERVAL_S, float(ctx.options.watch_s or 0.0))
+    keep_until = t0 + max(INTERVAL_S, float(ctx.options.rates_s or 0.0))
     last, taken = time.monotonic(), 1
     while not ctx.cancelled:
         done = ctx.wait_others(max(0.0, last + INTERVAL_S - time.monotonic()))

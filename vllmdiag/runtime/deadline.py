@@ -35,7 +35,7 @@ class BudgetSpent(BaseException):
 
 def collector_budget(budget_s: float, origin: float, extra_s: float = 0.0) -> float:
     """Seconds the collector may take now so that the command ends within ``budget_s`` of ``origin``
-    (``extra_s``: a --watch window that comes on top of the budget)."""
+    (``extra_s``: a --rates window that comes on top of the budget)."""
     left = budget_s + extra_s - (time.monotonic() - origin) - AFTER_S
     return round(max(MIN_COLLECT_S, left), 3)
 

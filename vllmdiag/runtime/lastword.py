@@ -77,10 +77,11 @@ def arm(argv: list[str]) -> None:
         return
     if argv[0] == "gate" and any(a.split("=", 1)[0] in ("--config", "--url") for a in argv):
         return  # its budget is in the config or grows with the URL checks: armed once read (arm_gate)
-    budget, rates, watch = _seconds(argv, "--budget", 8.0), _seconds(argv, "--rates", 0.0), _seconds(argv, "--watch", 0.0)
-    if budget is None or rates is None or watch is None or not 0.2 <= budget <= 600:
+    # --watch: the deprecated spelling of --rates (the CLI still reads it)
+    budget, rates, old = _seconds(argv, "--budget", 8.0), _seconds(argv, "--rates", 0.0), _seconds(argv, "--watch", 0.0)
+    if budget is None or rates is None or old is None or not 0.2 <= budget <= 600:
         return
-    rates = max(rates, watch)
+    rates = max(rates, old)
     if not 0 <= rates <= 3600:
         return
     origin = process_start()

@@ -4,7 +4,8 @@ The probes read attributes (``ctx.options.cheap``), never string keys. The snaps
 ``options`` JSON: ``to_dict`` writes back exactly the keys that were given, in the order given, with the
 values as given (a ``--rates 5`` stays ``5``, a pid list stays a list), so a saved snapshot's shape does
 not depend on this class. A key no field knows (an older or newer writer, a test's extra) is kept
-verbatim rather than refused.
+verbatim rather than refused. The dict form is the disk form: a field renamed since (``DISK_KEYS``) keeps
+its old key there.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, overload
+
+# The snapshot's ``options`` is a contract read back from disk (analyze of a saved file, the rates
+# findings' ``options.get("watch_s")``, older and newer versions alike), so a field renamed for its
+# meaning keeps its old key there: "watch" now means the resident watcher only (issue 36 item 4).
+DISK_KEYS: dict[str, str] = {"rates_s": "watch_s"}  # field name -> its key in the dict (disk) form
+FIELD_OF: dict[str, str] = {key: name for name, key in DISK_KEYS.items()}
 
 
 @dataclass(frozen=True)
@@ -25,7 +32,7 @@ class CollectOptions:
     pids: tuple[int, ...] | None = None  # --pid: the deployments to look at
     node: str | None = None  # the node's name in the snapshot (collect --node; the watcher's)
     boost: bool = True  # take SCHED_FIFO (False: --no-boost)
-    watch_s: float = 0.0  # --rates: samplers observe at least this long
+    rates_s: float = 0.0  # --rates: samplers observe at least this long (on disk: "watch_s")
     # -- set by the orchestrator for its own passes ----------------------------------------------------
     cheap: bool = False  # the watcher's pass every few seconds: the cheapest looks only
     stack_pids: tuple[int, ...] | None = None  # the second look: dump only these
@@ -53,9 +60,11 @@ class CollectOptions:
     def from_dict(cls, raw: Mapping[str, Any]) -> CollectOptions:
         """The options from their JSON/dict form (a test's, the gate's, an older caller's). Lists become
         tuples (the object is frozen); unknown keys are kept, not refused."""
+        raw = {DISK_KEYS.get(k, k): v for k, v in raw.items()}  # a typed name given as a key: its disk key
         known = {f.name for f in fields(cls)} - {"given", "extra"}
-        values: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in known}
-        extra = tuple((k, v) for k, v in raw.items() if k not in known)
+        values: dict[str, Any] = {FIELD_OF.get(k, k): (tuple(v) if isinstance(v, list) else v)
+                                  for k, v in raw.items() if FIELD_OF.get(k, k) in known}
+        extra = tuple((k, v) for k, v in raw.items() if FIELD_OF.get(k, k) not in known)
         return cls(**values, given=tuple(raw), extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,7 +72,7 @@ class CollectOptions:
         extra = dict(self.extra)
         out: dict[str, Any] = {}
         for key in self.given:
-            value = extra[key] if key in extra else getattr(self, key)
+            value = extra[key] if key in extra else getattr(self, FIELD_OF.get(key, key))
             out[key] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -73,7 +82,9 @@ class CollectOptions:
                                                                else more)})
 
     def without(self, *keys: str) -> CollectOptions:
-        return CollectOptions.from_dict({k: v for k, v in self.to_dict().items() if k not in keys})
+        """These options less ``keys`` (field names or their disk keys)."""
+        drop = {DISK_KEYS.get(k, k) for k in keys}
+        return CollectOptions.from_dict({k: v for k, v in self.to_dict().items() if k not in drop})
 
     def turned_on(self) -> set[str]:
         """The names given a true value: an option named like an opt-in probe (nccl_ras, preflight, a
@@ -84,24 +95,24 @@ class CollectOptions:
 def collect_options(*, native: bool, nonblocking: bool, nccl_ras: bool, enable: Mapping[str, bool],
                     probe_request: bool | None = None, preflight: bool | None = None,
                     pids: list[int] | None = None, node: str | None = None, no_boost: bool = False,
-                    watch_s: float = 0.0) -> CollectOptions:
+                    rates_s: float = 0.0) -> CollectOptions:
     """The one builder from what a door (triage, collect) was given. ``None`` (or an empty/false value
     where noted) leaves a key out of the snapshot, as each door always did: triage has no --preflight,
-    collect no --probe-request; ``pids``, ``node``, ``watch_s`` only when given; ``boost`` only when off."""
+    collect no --probe-request; ``pids``, ``node``, ``rates_s`` only when given; ``boost`` only when off."""
     raw: dict[str, Any] = {"native": native, "nonblocking": nonblocking, "nccl_ras": nccl_ras}
     if probe_request is not None:
         raw["probe_request"] = probe_request
     if preflight is not None:
         raw["preflight"] = preflight
-    raw.update(enable)  # here: triage's snapshot always had --enable's keys before boost and watch_s
+    raw.update(enable)  # here: triage's snapshot always had --enable's keys before boost and rates_s
     if pids:
         raw["pids"] = list(pids)
     if node:
         raw["node"] = node
     if no_boost:
         raw["boost"] = False
-    if watch_s:
-        raw["watch_s"] = watch_s
+    if rates_s:
+        raw[DISK_KEYS["rates_s"]] = rates_s
     return CollectOptions.from_dict(raw)
 
 

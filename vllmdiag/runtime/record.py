@@ -19,15 +19,17 @@ FACTS = ("budget_s", "priority", "resample", "command_budget_s", "startup_s", "c
 
 @dataclass(frozen=True)
 class ConfirmWindow:
-    """The confirm window that opened: asked for, watched, passes taken, why it ended (window, moved)."""
+    """The confirm window that opened: asked for, how long it lasted, passes taken, why it ended (window, moved).
+    On disk its length keeps the key it always had, ``watched_s`` (a saved snapshot is read back by every
+    version); "watch" now means the resident watcher only (issue 36 item 4)."""
 
     requested_s: float
-    watched_s: float
+    window_s: float
     passes: int
     stopped: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"requested_s": self.requested_s, "watched_s": self.watched_s, "passes": self.passes,
+        return {"requested_s": self.requested_s, "watched_s": self.window_s, "passes": self.passes,
                 "stopped": self.stopped}
 
 

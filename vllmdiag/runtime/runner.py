@@ -42,7 +42,7 @@ def collect_snapshot(
     ctx.deadline = start + budget_s
     # Per-probe deadlines are sized for the default budget; a larger --budget (a loaded node) widens
     # them in proportion, or --budget 30 would still end the stacks at 6 s (issue 24).
-    ctx.stretch = max(1.0, (budget_s - float(ctx.options.watch_s or 0.0)) / DEFAULT_BUDGET_S)
+    ctx.stretch = max(1.0, (budget_s - float(ctx.options.rates_s or 0.0)) / DEFAULT_BUDGET_S)
     chosen = select(registry if registry is not None else discover(), probes, enable or set())
     results = _run_all(ctx, chosen)
     snap = Snapshot(
@@ -62,9 +62,9 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
     started: dict[str, float] = {}
     lock = threading.Lock()
     non_samplers = [n for n, p in chosen.items() if not p.spec.sampler]
-    # --watch: samplers keep observing at least this long, so rates cover a longer window.
-    watch_s = float(ctx.options.watch_s or 0.0)
-    watch_until = time.monotonic() + watch_s
+    # --rates: samplers keep observing at least this long, so rates cover a longer window.
+    rates_s = float(ctx.options.rates_s or 0.0)
+    rates_until = time.monotonic() + rates_s
 
     def worker(name: str, probe: Probe) -> None:
         # Wait for requirements (bounded by this probe's own deadline share of the budget).
@@ -85,7 +85,7 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
         done[name].set()
         # The samplers' last samples wait for this: said the moment the last probe ends, not at the
         # watchdog's next tick.
-        if all(done[n].is_set() for n in non_samplers) and time.monotonic() >= watch_until:
+        if all(done[n].is_set() for n in non_samplers) and time.monotonic() >= rates_until:
             ctx.mark_others_done()
 
     if not any(p.spec.opens_window for p in chosen.values()):
@@ -100,8 +100,8 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
     while True:
         now = time.monotonic()
         with lock:
-            _time_out(ctx, chosen, done, started, watch_s, now)
-        if all(done[n].is_set() for n in non_samplers) and now >= watch_until:
+            _time_out(ctx, chosen, done, started, rates_s, now)
+        if all(done[n].is_set() for n in non_samplers) and now >= rates_until:
             ctx.mark_others_done()
         if all(e.is_set() for e in done.values()):
             break
@@ -112,13 +112,13 @@ def _run_all(ctx: Context, chosen: dict[str, Probe]) -> dict[str, ProbeResult]:
 
 
 def _time_out(ctx: Context, chosen: dict[str, Probe], done: dict[str, threading.Event], started: dict[str, float],
-              watch_s: float, now: float) -> None:
+              rates_s: float, now: float) -> None:
     """One watchdog tick (under the runner's lock): a timeout for each probe past its own limit or the
     total budget, and for each one never started when the budget is spent."""
     for name, probe in chosen.items():
         if done[name].is_set() or name not in started:
             continue
-        limit = started[name] + probe.spec.timeout_s * ctx.stretch + (watch_s if probe.spec.sampler else 0.0)
+        limit = started[name] + probe.spec.timeout_s * ctx.stretch + (rates_s if probe.spec.sampler else 0.0)
         if now >= limit or now >= ctx.deadline:
             allowed = min(limit - started[name], ctx.deadline - started[name])
             ctx.record(name, ProbeResult("timeout", round(now - started[name], 4),

@@ -58,11 +58,11 @@ def resample(snap: Snapshot, pids: list[int], collect: Collect, options: Given, 
                                             "threads": d.get("threads", [])}
 
 
-def watch(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Callable[[Snapshot], bool],
-          collect: Collect, options: Given, ctx: Context | None, tick: Tick | None = None,
-          started: float | None = None, only: list[str] | None = None) -> None:
+def confirm_window(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Callable[[Snapshot], bool],
+                   collect: Collect, options: Given, ctx: Context | None, tick: Tick | None = None,
+                   started: float | None = None, only: list[str] | None = None) -> None:
     """Follow-up passes of the deployments rooted at ``roots`` until something moves or the window ends.
-    The window counts from ``started`` (triage's start: the quick pass already watched), so a stalled
+    The window counts from ``started`` (triage's start: the quick pass already looked), so a stalled
     node's verdict comes about ``confirm_s`` after triage began; no pass starts that cannot end in it."""
     start = time.monotonic() if started is None else started
     probes = [p for p in PASS_PROBES if only is None or p in only]
@@ -85,14 +85,14 @@ def watch(snap: Snapshot, roots: list[int], confirm_s: float, still_stalled: Cal
             stopped = "moved"
             break
         time.sleep(max(0.0, min(PASS_GAP_S - (time.monotonic() - t0), end - time.monotonic())))
-    note(snap, confirm=ConfirmWindow(requested_s=confirm_s, watched_s=round(time.monotonic() - start, 2),
+    note(snap, confirm=ConfirmWindow(requested_s=confirm_s, window_s=round(time.monotonic() - start, 2),
                                      passes=len(snap.passes), stopped=stopped))
 
 
 def pass_options(options: Given) -> CollectOptions:
-    """A follow-up pass repeats the cheap looks only: no --watch stretch, no second completion request,
+    """A follow-up pass repeats the cheap looks only: no --rates stretch, no second completion request,
     no second NCCL RAS query, no gate facts."""
-    return as_options(options).without("watch_s", "probe_request", "nccl_ras", "preflight")
+    return as_options(options).without("rates_s", "probe_request", "nccl_ras", "preflight")
 
 
 def slim(snap: Snapshot) -> Snapshot:
