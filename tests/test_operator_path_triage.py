@@ -132,7 +132,7 @@ def test_a_confident_straggler_comes_without_a_watch_longer_suspicion(straggler:
     assert (doc["verdict"]["status"], doc["verdict"]["confidence"]) == ("blocked", "high"), doc["verdict"]["summary"]
     assert "gpu.stall_suspected" not in {f["code"] for f in doc["findings"]}
     text = " ".join(_cli("analyze", str(saved), "-v", columns=columns).stdout.split())
-    assert "suspected stall" not in text and "stall_suspected" not in text and "watch longer" not in text
+    assert "suspected stall" not in text and "stall_suspected" not in text and "longer confirm window" not in text
 
 
 # ---- item 5: what is copied is what runs ---------------------------------------------------------------------

@@ -160,7 +160,7 @@ NONBLOCKING = Option(("--nonblocking",), "nonblocking", bool, "py-spy --nonblock
 NCCL_RAS = Option(("--nccl-ras",), "nccl_ras", bool, "ask NCCL's RAS service once (NCCL >= 2.24)", False)
 ENABLE = Option(("--enable",), "enable", str, "turn on an opt-in probe by name (repeatable; e.g. nccl_ras, preflight)",
                 many=True, metavar="PROBE")
-CONFIRM = Option(("--confirm",), "confirm", float, "when work is in flight and nothing moved, keep watching up to "
+CONFIRM = Option(("--confirm",), "confirm", float, "when work is in flight and nothing moved, keep looking up to "
                  "this many seconds before calling it a hang (0 = off)", 10.0, metavar="S", limits=(0, 600), unit=S)
 NO_BOOST = Option(("--no-boost",), "no_boost", bool, "keep normal scheduling priority (default as root: SCHED_FIFO "
                   "for the command's short life; VLLMDIAG_BOOST=0 too)", False)
@@ -235,7 +235,7 @@ COLLECT = command(
                "written; partial results, never late",
         pid="limit stacks/rings to these deployments (repeatable; -p as py-spy)",
         # collect's own default is 0 (one quick look): a sweep passes its --confirm (default 10) to each node.
-        confirm={"default": 0.0, "help": "when work is in flight and nothing moved, keep watching up to S seconds "
+        confirm={"default": 0.0, "help": "when work is in flight and nothing moved, keep looking up to S seconds "
                  "(0 = off, collect's default: one quick look; `sweep --confirm`, default 10, passes its own)"},
         no_boost="keep normal scheduling priority (default as root: SCHED_FIFO for the collection's short life)"),
     Option(("--out",), "out", Path, "write the snapshot to this file"),
@@ -254,7 +254,7 @@ SWEEP = command(
     COLLECTION.only("probe", "enable", "confirm").but(
         probe="run only these probes on the nodes",
         enable={"help": "turn on an opt-in probe on the nodes (repeatable)", "metavar": None},
-        confirm={"metavar": None, "help": "a node that sees work in flight and nothing moving watches up to this many "
+        confirm={"metavar": None, "help": "a node that sees work in flight and nothing moving keeps looking up to this many "
                  "seconds (nodes in parallel; the sweep's deadline grows by it unless --sweep-timeout is given); "
                  "0 = off, also the cross-node resample"}),
     Option(("--no-confirm",), "no_confirm", bool, "same as --confirm 0", False),
@@ -281,7 +281,7 @@ WATCH = command(
            "watch as root, else $XDG_STATE_HOME/vllmdiag/watch)"),
     Option(("--interval",), "interval", float, "seconds between cheap passes", 5.0, limits=(0.2, 3600), unit=S),
     COLLECTION.only("confirm", "budget").but(
-        confirm={"help": "seconds the triage watches a suspected stall (0: off)", "metavar": None},
+        confirm={"help": "seconds the triage looks at a suspected stall (0: off)", "metavar": None},
         budget={"help": "collection seconds of the triage a stall opens", "metavar": None}),
     Option(("--keep",), "keep", int, "keep at most this many stalls in --out (oldest removed)", 50,
            limits=(1, 100000)),
