@@ -26,11 +26,18 @@ class Judged:
     verdict: Verdict
 
 
-def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None) -> tuple[list[Judged], list[Finding]]:
+def snapshot_facts(snapshot: Snapshot) -> Facts:
+    """Every fact derived once, shared by every analyzer (analysis/facts.py); bad process data is a SnapshotError."""
     try:
-        facts = Facts.of(snapshot)  # every fact derived once, shared by every analyzer (analysis/facts.py)
+        return Facts.of(snapshot)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise SnapshotError(f"{snapshot.node}: malformed process data ({type(exc).__name__}: {exc})") from None
+
+
+def analyze_snapshot(snapshot: Snapshot, pids: set[int] | None = None, facts: Facts | None = None
+                     ) -> tuple[list[Judged], list[Finding]]:
+    """``facts``: the snapshot's, when the caller reads them too (fleet analysis' cross-node checks)."""
+    facts = snapshot_facts(snapshot) if facts is None else facts
     if pids:
         facts.deployments = [d for d in facts.deployments if d.pids & pids or d.root_pid in pids
                              or _started_by(snapshot, d, pids)]

@@ -15,7 +15,8 @@ by name; ``registry.discover_modules``, as every extension point). It has:
 
 ``analyze`` reads ``Facts`` and derived views from ``analysis/views/``, never another analyzer's internals.
 Cross-node group checks are found the same way: every module in ``analysis/across_nodes/checks/`` has
-``CODES`` and ``check_group(group, snapshots, failed) -> list[Finding]`` (``group_checks``);
+``CODES`` and ``check_group(group, facts, failed) -> list[Finding]`` (``GroupCheck``, ``group_checks``), ``facts``
+each analysed node's ``Facts`` by node name (the ones its own analyzers read: nothing derived twice);
 ``analysis/across_nodes/analyze_nodes.py`` runs them on each group spanning nodes.
 
 Where an analyzer runs within its layer is named here, once for the layer (``PRECEDENCE``; the cross-node
@@ -30,6 +31,7 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Protocol
 
+from vllmdiag.analysis.across_nodes.rank_groups import RankGroup
 from vllmdiag.analysis.facts import Facts
 from vllmdiag.model import LAYERS, Finding, Snapshot
 from vllmdiag.registry import discover_modules
@@ -57,6 +59,15 @@ class Analyzer(Protocol):
     CODES: tuple[str, ...]
 
     def analyze(self, facts: Facts) -> list[Finding]: ...
+
+
+class GroupCheck(Protocol):
+    """What a module in ``analysis/across_nodes/checks/`` provides. ``failed``: the nodes that did not answer
+    (or whose snapshot could not be analysed), each with why; they have no ``facts``."""
+
+    CODES: tuple[str, ...]
+
+    def check_group(self, group: RankGroup, facts: dict[str, Facts], failed: dict[str, str]) -> list[Finding]: ...
 
 
 class SecondLookHook(Protocol):

@@ -15,8 +15,9 @@ from vllmdiag.analysis.across_nodes import dp_world_joined as dp_worlds
 from vllmdiag.analysis.across_nodes import headless_share, pipeline_stages, rank_groups, ray_groups
 from vllmdiag.analysis.across_nodes.node_classes import NodeView, fleet_verdict, fold_index, gpu_cells, grid_rows, node_why
 from vllmdiag.analysis.across_nodes.uniform_hang import uniform_across_nodes
-from vllmdiag.analysis.bisect import STATUS_RANK, Judged, analyze_snapshot, decide, overall, to_model
+from vllmdiag.analysis.bisect import STATUS_RANK, Judged, analyze_snapshot, decide, overall, snapshot_facts, to_model
 from vllmdiag.analysis.contract import group_checks
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.model import Finding, FleetSection, GroupBrief, NodeEntry, NodeOutcome, Report, Snapshot, SnapshotError, Verdict
 
 STATUS_OF_FAILED = "inconclusive"
@@ -31,6 +32,7 @@ class _Node:
     name: str
     outcome: NodeOutcome
     snapshot: Snapshot | None = None
+    facts: Facts | None = None  # the snapshot's, derived once: read by its analyzers, then by the cross-node stage
     reports: list[Judged] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
@@ -54,7 +56,8 @@ def analyze_fleet(snapshots: list[Snapshot], node_status: Mapping[str, NodeOutco
     for node in nodes.values():
         if node.snapshot is not None:
             try:
-                node.reports, node.findings = analyze_snapshot(node.snapshot)
+                node.facts = snapshot_facts(node.snapshot)
+                node.reports, node.findings = analyze_snapshot(node.snapshot, facts=node.facts)
                 for r in node.reports:  # what the cross-node stage reads of each deployment
                     rank_groups.group_key(r.deployment)
             except MALFORMED as exc:
@@ -94,10 +97,10 @@ def _groups_isolated(nodes: dict[str, _Node]) -> list[rank_groups.RankGroup]:
 
 def _groups_ok(node: _Node, failed: dict[str, str]) -> bool:
     alone = {node.name: [r.deployment for r in node.reports]}
-    snaps = {node.name: node.snapshot} if node.snapshot is not None else {}
+    facts = {node.name: node.facts} if node.facts is not None else {}
     try:
         for group in rank_groups.join(alone):
-            _check_group(group, snaps, failed)
+            _check_group(group, facts, failed)
     except MALFORMED:
         return False
     return True
@@ -106,7 +109,7 @@ def _groups_ok(node: _Node, failed: dict[str, str]) -> bool:
 def _unreadable(node: _Node, exc: BaseException) -> None:
     """A node that answered with data we cannot analyse: a node-level finding, not a crashed sweep."""
     why = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-    node.snapshot, node.reports = None, []
+    node.snapshot, node.facts, node.reports = None, None, []
     node.outcome = NodeOutcome(node.name, "error", f"snapshot unreadable: {why}", node.outcome.duration_s)
     node.findings = [Finding(code="fleet.node_unreadable", layer="process", severity="warning", node=node.name,
                              message=f"{node.name} answered, but its snapshot cannot be analysed ({why}); "
@@ -126,18 +129,18 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
     """Replace node-local checks that a multi-node group defeats by checks over the whole group."""
     per_node = {n.name: [r.deployment for r in n.reports] for n in nodes.values() if n.snapshot is not None}
     joined = [g for g in rank_groups.join(per_node) if g.nnodes > 1] + ray_groups.join(per_node)
-    snaps = {n.name: n.snapshot for n in nodes.values() if n.snapshot is not None}
+    facts = _facts_by_node(nodes)
     touched: set[str] = set()
     for group in joined:
         for m in group.members:
             node = nodes[m.node]
             node.findings = [f for f in node.findings if not _defeated(f, m)]
             touched.add(m.node)
-        cross = _check_group(group, snaps, failed)
+        cross = _check_group(group, facts, failed)
         if not group.key.startswith("ray:"):
-            cross += _mp_shares(group, nodes, snaps, cross)
+            cross += _mp_shares(group, nodes, facts, cross)
         if group.key.startswith("ray:") and not any(f.severity != "info" for f in cross):
-            whole = uniform_across_nodes(group, snaps, {n: nodes[n].findings for n in group.nodes})
+            whole = uniform_across_nodes(group, facts, {n: nodes[n].findings for n in group.nodes})
             if whole is not None:  # replaces each share's suspicion; every node of the group is blocked by it
                 for m in group.members:
                     nodes[m.node].findings = [f for f in nodes[m.node].findings
@@ -155,7 +158,7 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
             if not _already_named(f, nodes):
                 nodes[f.node].findings.append(f)
     # DP worlds whose ranks are separate `vllm serve` on several nodes (external/hybrid load balancing).
-    dp_found, dp_seen = dp_worlds.cross_node(per_node, snaps)
+    dp_found, dp_seen = dp_worlds.cross_node(per_node, facts)
     for name, dep_id in dp_seen:
         nodes[name].findings = [f for f in nodes[name].findings
                                 if not (f.deployment == dep_id and f.code in dp_worlds.REPLACED)]
@@ -172,7 +175,12 @@ def _reconcile_groups(nodes: dict[str, _Node], failed: dict[str, str]) -> list[r
     return joined
 
 
-def _mp_shares(group: rank_groups.RankGroup, nodes: dict[str, _Node], snaps: dict[str, Snapshot],
+def _facts_by_node(nodes: dict[str, _Node]) -> dict[str, Facts]:
+    """Each analysed node's facts (its snapshot's, as its analyzers read them): what the cross-node stage reads."""
+    return {n.name: n.facts for n in nodes.values() if n.facts is not None}
+
+
+def _mp_shares(group: rank_groups.RankGroup, nodes: dict[str, _Node], facts: dict[str, Facts],
                cross: list[Finding]) -> list[Finding]:
     """A multi-node mp group (`--nnodes`): headless shares read with the group's engine, and, when no
     rank check blamed anyone, the pipeline stage that holds the step on another node than the engine."""
@@ -183,13 +191,13 @@ def _mp_shares(group: rank_groups.RankGroup, nodes: dict[str, _Node], snaps: dic
     if any(f.severity != "info" for f in cross):
         return headless_share.stranded(group)
     # The engine's node keeps its own stall warning (work in flight, nothing moved there: true of it).
-    held = pipeline_stages.check(group, snaps, shares)
+    held = pipeline_stages.check(group, facts, shares)
     return [] if held is None else [held]
 
 
-def _check_group(group: rank_groups.RankGroup, snaps: dict[str, Snapshot], failed: dict[str, str]) -> list[Finding]:
+def _check_group(group: rank_groups.RankGroup, facts: dict[str, Facts], failed: dict[str, str]) -> list[Finding]:
     """Every cross-node group check, found by folder (analysis/across_nodes/checks/), in order."""
-    return [f for check in group_checks() for f in check.check_group(group, snaps, failed)]
+    return [f for check in group_checks() for f in check.check_group(group, facts, failed)]
 
 
 def _explained(group: rank_groups.RankGroup) -> tuple[str, ...]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.findings import culprit, finding
 from vllmdiag.analysis.views.deployments import Deployment, display_title
 from vllmdiag.analysis.views.dp_worlds import Member, membership, split
 from vllmdiag.analysis.views.parallel_ranks import RESTING, SYNC, dp_blame, dp_held, dp_ranks
 from vllmdiag.analysis.views.rank_compare import fold
-from vllmdiag.analysis.views.second_look_classes import resampled_classes
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Finding, Snapshot
 
 CODES = ("fleet.dp_world_out_of_step",)
@@ -26,7 +26,7 @@ REPLACED = ("gpu.dp_world_unseen_ranks",)  # a node's "not on this node" once th
 LOOPBACK = ("127.", "localhost", "::1")
 
 
-def cross_node(per_node: dict[str, list[Deployment]], snapshots: dict[str, Snapshot]
+def cross_node(per_node: dict[str, list[Deployment]], facts: dict[str, Facts]
                ) -> tuple[list[Finding], set[tuple[str, str]]]:
     """(Findings of DP worlds split over nodes, the (node, deployment id) members whose ranks the fleet
     saw all of: their node-local unseen-ranks notes are answered)."""
@@ -41,22 +41,21 @@ def cross_node(per_node: dict[str, list[Deployment]], snapshots: dict[str, Snaps
     for key, members in worlds.items():
         if len({node for node, _ in members}) < 2:
             continue
-        findings, seen = _compare(key, members, snapshots)
+        findings, seen = _compare(key, members, facts)
         found += findings
         if seen >= set(range(key[2])):
             covered |= {(node, m.dep.id) for node, m in members}
     return found, covered
 
 
-def _compare(key: tuple[str, int, int], members: list[tuple[str, Member]], snapshots: dict[str, Snapshot]
+def _compare(key: tuple[str, int, int], members: list[tuple[str, Member]], facts: dict[str, Facts]
              ) -> tuple[list[Finding], set[int]]:
     procs: list[dict[str, Any]] = []
     classes: dict[int, StackClass] = {}
     again: dict[int, StackClass] = {}
     origin: dict[int, tuple[Snapshot, Member, dict[str, Any]]] = {}
     for node, m in members:
-        snap = snapshots[node]
-        local, local_again = classify_snapshot(snap), resampled_classes(snap)
+        snap, local, local_again = facts[node].snapshot, facts[node].classes, facts[node].again
         for p in m.dep.processes:
             uid = len(origin) + 1
             origin[uid] = (snap, m, p)
@@ -93,7 +92,7 @@ def _compare(key: tuple[str, int, int], members: list[tuple[str, Member]], snaps
           "members": [{"node": n, "deployment": m.dep.id, "ranks": m.ranks} for n, m in members]}
     out = []
     for node, m in members:
-        snap = snapshots[node]
+        snap = facts[node].snapshot
         mine = [c.pid for c in culprits if c.node == node and c.pid]
         out.append(finding("fleet.dp_world_out_of_step", "gpu", "critical" if held else "warning", snap, m.dep, msg,
                            mine, ev, culprits))

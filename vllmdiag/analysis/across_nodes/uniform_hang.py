@@ -11,9 +11,10 @@ hang (real-hang-patterns row 3: a wedged NCCL kernel, custom all-reduce, P2P/ACS
 from __future__ import annotations
 
 from vllmdiag.analysis.across_nodes.rank_groups import RankGroup
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.views.rank_compare import fold, tp_groups
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
-from vllmdiag.model import Culprit, Finding, Snapshot
+from vllmdiag.analysis.views.stack_match import StackClass
+from vllmdiag.model import Culprit, Finding
 from vllmdiag.vocab.stack_classes import COLLECTIVE, SYNC_POINT
 
 CODE = "fleet.uniform_hang"
@@ -21,7 +22,7 @@ CODES = (CODE,)
 SUSPECTED = "gpu.stall_suspected"
 
 
-def uniform_across_nodes(group: RankGroup, snapshots: dict[str, Snapshot],
+def uniform_across_nodes(group: RankGroup, facts: dict[str, Facts],
                          findings: dict[str, list[Finding]]) -> Finding | None:
     head = group.members[0]
     held = [f for f in findings.get(head.node, []) if f.code == SUSPECTED and f.deployment == head.deployment.id
@@ -30,7 +31,7 @@ def uniform_across_nodes(group: RankGroup, snapshots: dict[str, Snapshot],
         return None  # the engine's node saw its work move, or did not watch long enough
     seen: dict[int, tuple[str, StackClass]] = {}
     for m in group.members:
-        classes = classify_snapshot(snapshots[m.node])
+        classes = facts[m.node].classes
         for members in tp_groups(m.deployment.processes).values():
             for rank, proc in members.items():
                 if proc["pid"] in classes:

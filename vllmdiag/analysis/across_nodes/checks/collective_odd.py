@@ -11,25 +11,26 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.across_nodes.rank_groups import RankGroup
+from vllmdiag.analysis.facts import Facts
 from vllmdiag.analysis.findings import culprit
 from vllmdiag.analysis.views.rank_compare import GroupCompare, GroupKey, compare_group, fold, rank_name, tp_groups
-from vllmdiag.analysis.views.second_look_classes import held, resampled_classes
-from vllmdiag.analysis.views.stack_match import StackClass, classify_snapshot
+from vllmdiag.analysis.views.second_look_classes import held
+from vllmdiag.analysis.views.stack_match import StackClass
 from vllmdiag.model import Finding, Snapshot
 
 CODES = ("fleet.rank_straggler", "fleet.collective_mismatch")
 _CODE = {"straggler": "fleet.rank_straggler", "mismatch": "fleet.collective_mismatch"}
 
 
-def compare_across_nodes(group: RankGroup, snapshots: dict[str, Snapshot]) -> list[Finding]:
+def compare_across_nodes(group: RankGroup, facts: dict[str, Facts]) -> list[Finding]:
     union: dict[GroupKey, dict[int, dict[str, Any]]] = {}
     classes: dict[int, StackClass] = {}
     again: dict[int, StackClass] = {}
     origin: dict[int, tuple[Snapshot, dict[str, Any]]] = {}
     size = 0
     for m in group.members:
-        snap = snapshots[m.node]
-        local, local_again = classify_snapshot(snap), resampled_classes(snap)
+        node = facts[m.node]  # its stack classes, derived once for its own analyzers
+        snap, local, local_again = node.snapshot, node.classes, node.again
         size = max(size, m.deployment.configured.get("tp", 0))
         for key, members in tp_groups(m.deployment.processes).items():
             for rank, proc in members.items():
@@ -82,6 +83,6 @@ def _finding(group: RankGroup, key: GroupKey, members: dict[int, dict[str, Any]]
                    evidence=evidence, deployment=dep_id, culprits=culprits)
 
 
-def check_group(group: RankGroup, snapshots: dict[str, Snapshot], failed: dict[str, str]) -> list[Finding]:
-    """The cross-node group check contract (analysis/contract.group_checks)."""
-    return compare_across_nodes(group, snapshots)
+def check_group(group: RankGroup, facts: dict[str, Facts], failed: dict[str, str]) -> list[Finding]:
+    """The cross-node group check contract (analysis/contract.GroupCheck)."""
+    return compare_across_nodes(group, facts)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.analysis.across_nodes.rank_groups import Member, RankGroup
-from vllmdiag.model import Culprit, Finding, Snapshot
+from vllmdiag.analysis.facts import Facts
+from vllmdiag.model import Culprit, Finding
 
 CODES = ("fleet.rank_missing", "fleet.ranks_unseen")
 
@@ -108,17 +109,15 @@ def _homes(group: RankGroup, missing: list[int]) -> list[str]:
     return sorted({by_rank[r // per] for r in missing if r // per in by_rank})
 
 
-def check_group(group: RankGroup, snapshots: dict[str, Snapshot], failed: dict[str, str]) -> list[Finding]:
-    """The cross-node group check contract (analysis/contract.group_checks)."""
-    return check(group, failed, _without_vllm(group, snapshots, failed))
+def check_group(group: RankGroup, facts: dict[str, Facts], failed: dict[str, str]) -> list[Finding]:
+    """The cross-node group check contract (analysis/contract.GroupCheck)."""
+    return check(group, failed, _without_vllm(group, facts, failed))
 
 
-def _without_vllm(group: RankGroup, snapshots: dict[str, Snapshot], failed: dict[str, str]) -> list[str]:
+def _without_vllm(group: RankGroup, facts: dict[str, Facts], failed: dict[str, str]) -> list[str]:
     """Swept nodes outside the group that answered and run no vLLM deployment (looked at only when the
     group misses a node-rank and no node failed to answer: the unanswered node explains it first)."""
-    from vllmdiag.analysis.views.deployments import find_deployments
-
     if failed or len({m.node_rank for m in group.members if m.node_rank is not None}) >= group.nnodes:
         return []
-    return sorted(name for name, snap in snapshots.items()
-                  if name not in group.nodes and snap.status("processes") == "ok" and not find_deployments(snap))
+    return sorted(name for name, node in facts.items()
+                  if name not in group.nodes and node.snapshot.status("processes") == "ok" and not node.all_deployments)
