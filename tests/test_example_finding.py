@@ -119,7 +119,7 @@ def test_the_example_touches_no_render_code_and_its_playbook_validates() -> None
 def test_render_keeps_no_copy_of_the_ring_and_stack_decisions() -> None:
     """What the example relies on: render formats the sections and decides none of it (no second copy of
     the ring roles, no reading of the queue findings' blame nor of the stack dumps)."""
-    for name in ("report_data", "queue_view"):
+    for name in ("report_data", "queue_view", "gpu_view", "handshake_view", "client_view"):
         source = (ROOT / "vllmdiag" / "render" / f"{name}.py").read_text()
         for decision in ('"engine_core"', 'get("readers")', '.evidence', '"gpu.stack_classes"', 'data("stacks")', '"dumps"'):
             assert decision not in source, f"render/{name}.py decides again: {decision}"

@@ -251,6 +251,15 @@ def test_gpus_per_rank_and_an_unreachable_node_in_the_fleet_grid() -> None:
          "deployments": [{"id": "gpu00:9", "node": "gpu00", "root_pid": 9, "processes": workers, "verdict": verdict}],
          "nodes": [{"name": "gpu00", "status": "ok", "verdict": "healthy", "gpus": ".."},
                    {"name": "gpu01", "status": "unreachable", "reason": "ssh: connect timed out", "gpus": ""}]}
+    # Which rank runs on which GPU is analysis' reading of the nvml data (the node's section); render formats it.
+    from vllmdiag.analysis.sections import collection_row
+    from vllmdiag.analysis.sections import gpu_rows as section_gpus
+    from vllmdiag.model import DeploymentReport, NodeSection, Snapshot
+
+    snapshot = Snapshot.from_dict({"schema_version": 1, "node": "gpu00", **{k: v for k, v in snap.items() if k != "node"}})
+    deps = [DeploymentReport.from_dict(x, "deployment") for x in d["deployments"]]
+    d["sections"] = {"gpu00": NodeSection("gpu00", gpus=section_gpus(snapshot, deps))}
+    d["collection"] = [collection_row(snapshot)]
     dom = Dom()
     dom.feed(to_html(d))
     gpu_rows = [e["text"] for e in dom.elements if e["tag"] == "tr" and "97" in e["text"]]

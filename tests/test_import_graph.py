@@ -264,3 +264,61 @@ def _top_level_names(path: Path) -> set[str]:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         names |= {t.id for t in targets if isinstance(t, ast.Name)}
     return names
+
+
+# What render may never reach (issue 36 item 1): every renderer is a function of the report's sections.
+SNAPSHOT_NAMES = {"Snapshot", "ProbeResult"}
+SNAPSHOT_ATTRS = {"snapshots", "snapshot", "probes"}  # Report.snapshots, a fleet node's snapshot, its probes
+PROBE_CALLS = {"data", "probe"}  # Snapshot.data(name), a probe's result
+SNAPSHOT_KEYS = {"snapshot", "snapshots", "probes"}  # the same read from a report's dict
+
+
+def _key(node: ast.AST) -> str | None:
+    """The string a subscript or a ``.get(...)`` call reads (``d["probes"]``, ``d.get("probes")``)."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        return node.args[0].value
+    return None
+
+
+def snapshot_reads(path: Path, where: str | None = None) -> list[str]:
+    """Where one module reads the snapshot: imports it, reads a report's snapshots or a probe's data."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    where = where or str(path.relative_to(ROOT))
+    bad = []
+    for node in ast.walk(tree):
+        line = f"{where}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = {a.name for a in node.names} | {getattr(node, "module", None) or ""}
+            if names & SNAPSHOT_NAMES or any(_under(n, "vllmdiag.model.snapshot") for n in names):
+                bad.append(f"{line} imports the snapshot")
+        elif isinstance(node, ast.Attribute) and node.attr in SNAPSHOT_ATTRS:
+            bad.append(f"{line} reads .{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in SNAPSHOT_NAMES:
+            bad.append(f"{line} names {node.id}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PROBE_CALLS:
+            bad.append(f"{line} calls .{node.func.attr}() (a probe's data)")
+        if _key(node) in SNAPSHOT_KEYS:
+            bad.append(f"{line} reads [{_key(node)!r}]")
+    return bad
+
+
+def test_render_never_reads_the_snapshot() -> None:
+    """A renderer formats the report (``to_dict``/``render_dict`` and ``Report.sections``); what it shows of
+    a node's probes analysis put in the node's section (analysis/sections.py), so a saved report draws the
+    same and no second reading of the probes hides in render."""
+    files = sorted(p for p in (ROOT / PRODUCT / "render").rglob("*.py") if "__pycache__" not in p.parts)
+    assert len(files) > 10
+    assert [bad for f in files for bad in snapshot_reads(f)] == []
+
+
+def test_the_snapshot_rule_sees_reads(tmp_path: Path) -> None:
+    """The rule catches each way of reading the snapshot (it must be able to fail)."""
+    probe = tmp_path / "render_probe.py"
+    probe.write_text("from vllmdiag.model import Snapshot\nfrom vllmdiag.model.snapshot import ProbeResult\n"
+                     "def f(report, d, snap):\n    report.snapshots\n    snap.data('rings')\n    d.get('probes')\n"
+                     "    d['snapshot']\n    node.probe('nvml')\n")
+    found = snapshot_reads(probe, "render_probe.py")
+    assert len(found) == 7, found

@@ -82,6 +82,15 @@ class RingRow:
     laggards: set[int]
     samples: list[dict[str, Any]]
     state: str
+    # What the terminal's ring table shows (render/queue_view.py), decided here too: analysis' role
+    # (``kind``), the ring's size, writer and readers by title (reader i = ``RingView.readers[i]``), the
+    # unread slots per reader (the stable count where sampled, else the last), and the sampling words.
+    kind: str = "unknown"
+    size: str = ""
+    term_writer: str = "-"
+    term_readers: list[str] = field(default_factory=list)
+    term_unread: list[Any] = field(default_factory=list)
+    term_state: str = ""
 
 
 @dataclass
@@ -93,19 +102,74 @@ class StackRow:
     entry: dict[str, Any]  # the class (or process) as the stack_classes finding folded it
     stack: list[str]
     culprit: bool
+    deployment: str | None = None  # the stack_classes finding's deployment
+    other: bool = False  # a process outside the folded classes (the finding's ``others``)
+
+
+@dataclass
+class EndpointRow:
+    """One ZMQ listener of the node's deployments with its ZMTP answer and what that answer means, as the
+    handshake analysis reads it (``problem``: a red cell; ``note``: why)."""
+
+    endpoint: str
+    holders: list[int]
+    accepted: Any
+    status: str  # the ZMTP status, "-" when not dialled
+    type: str  # the peer's Socket-Type, "?" when none
+    ms: Any
+    problem: bool
+    note: str
+
+
+@dataclass
+class HttpRow:
+    """One API server of the node's deployments as the http probe saw it (address, /health, /metrics
+    samples, client connections): the server's record, whole, for the client views to format."""
+
+    address: str
+    server: dict[str, Any]
+
+
+@dataclass
+class GpuRow:
+    """One NVML GPU of the node (its record, whole) and the ranks whose worker runs on it."""
+
+    nvml: dict[str, Any]
+    ranks: list[Any] = field(default_factory=list)
 
 
 @dataclass
 class NodeSection:
-    """What one node's report shows of its rings and stacks, computed once by analysis. Not part of the
-    JSON contract (``to_dict``): analysis attaches it to every report it builds or reads back. A section
-    that could not be built from odd-typed data keeps the error, so the view that draws it says so."""
+    """What one node's report shows of its rings, stacks, endpoints, API servers and GPUs, computed once
+    by analysis. Not part of the JSON contract (``to_dict``): analysis attaches it to every report it
+    builds or reads back. A section that could not be built from odd-typed data keeps the error,
+    so the view that draws it says so."""
 
     node: str
     rings: list[RingRow] = field(default_factory=list)
     stacks: list[StackRow] = field(default_factory=list)
     rings_error: Exception | None = None
     stacks_error: Exception | None = None
+    endpoints: list[EndpointRow] = field(default_factory=list)
+    http: list[HttpRow] = field(default_factory=list)
+    gpus: list[GpuRow] = field(default_factory=list)
+    nvml_probe: dict[str, Any] | None = None  # NVML's status and reason where the probe ran
+    # "endpoints" | "http" | "gpus" -> the error that part met on odd-typed data (its view says so)
+    errors: dict[str, Exception] = field(default_factory=dict)
+
+
+@dataclass
+class CollectionRow:
+    """How one snapshot was collected, for the report's header: when, by which vllmdiag, how long, under
+    which budget (the option as recorded: untrusted, the header checks its type), and every probe that did
+    not fully see as (probe, status, reason)."""
+
+    node: str
+    collected_at: str
+    vllmdiag_version: str
+    duration_s: float
+    budget_s: Any
+    probe_problems: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def short_label(title: str, role: str) -> str:
@@ -178,15 +242,17 @@ class Report:
     # Each node's rings and stacks as analysis decided them (``analysis/sections.py``); outside the JSON
     # contract and equality: a saved report gets them again when it is read back to be drawn.
     sections: dict[str, NodeSection] = field(default_factory=dict, compare=False, repr=False)
+    # How each snapshot was collected, in the snapshots' order (the header's lines); likewise outside.
+    collection: list[CollectionRow] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def is_fleet(self) -> bool:
         return self.nodes is not None
 
     def render_dict(self) -> dict[str, Any]:
-        """``to_dict()`` plus the typed sections under ``sections``: what the file and compact renderers
-        read. Never written (``--json`` prints ``to_dict()``)."""
-        return {**self.to_dict(), "sections": dict(self.sections)}
+        """``to_dict()`` plus the typed sections under ``sections`` and the header's ``collection``: what
+        the file and compact renderers read. Never written (``--json`` prints ``to_dict()``)."""
+        return {**self.to_dict(), "sections": dict(self.sections), "collection": list(self.collection)}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -1,6 +1,7 @@
 """HTTP view: each API server address with /health, /metrics at both samples, and its client connections.
 
-Reads only the report (its snapshots' ``http`` data); never collects.
+Reads only the report's node sections (``Report.sections``: the API servers of the node's deployments,
+analysis/sections.py); never collects nor reads the snapshot.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ MAX_CONNECTIONS = 20
 
 def render(report: Report, console: Any) -> None:
     servers = []
-    for snap in report.snapshots:
-        pids = {p for d in report.deployments if d.node == snap.node for p in d.pids}
-        servers += [s for s in snap.data("http").get("servers", []) if set(s.get("pids", [])) & pids]
+    for section in report.sections.values():
+        if "http" in section.errors:
+            raise section.errors["http"]
+        servers += [row.server for row in section.http]
     if not servers:
         return
     from rich.table import Table

@@ -1,7 +1,7 @@
 """Rich view of the GPU layer: stack classes folded into rank sets, and one row per GPU (pure).
 
-Reads only the report: the ``gpu.stack_classes`` findings (the analysis already folded the ranks)
-and each snapshot's ``nvml`` data. Prints nothing when neither is there.
+Reads only the report: its node sections (``Report.sections``, analysis/sections.py: the stack classes
+analysis folded, each node's NVML rows) and the deployments' culprits. Prints nothing when neither is there.
 """
 
 from __future__ import annotations
@@ -20,23 +20,25 @@ CLASS_STYLE = {COLLECTIVE: "yellow", SYNC_POINT: "yellow", EXECUTING: "", IDLE: 
 def render(report: Report, console: Any) -> None:
     from rich.table import Table
 
-    rows = [f for f in report.findings if f.code == "gpu.stack_classes"]
+    sections = list(report.sections.values())
+    rows = [row for section in sections for row in _checked(section.stacks_error, section.stacks)]
     if rows:
         table = Table(title="stack classes (py-spy)", title_justify="left")
         for col in ("deployment", "ranks / process", "class", "backend", "where"):
             table.add_column(col, overflow="fold")
         blamed = _blamed_ranks(report)
-        for f in rows:
-            for r in f.evidence.get("stack_classes", []):
-                culprit = (f.deployment, str(r["ranks"])) in blamed
-                who = f"[bold white on red]{escape(r['ranks'])} ◀ culprit[/]" if culprit else escape(r["ranks"])
-                table.add_row(escape(f.deployment or ""), who, _cls(r["class"]), escape(r.get("backend") or ""),
+        for row in rows:
+            r = row.entry
+            if row.other:
+                table.add_row(escape(row.deployment or ""), escape(row.label), _cls(r["class"]), "",
                               escape(r.get("where") or ""))
-            for o in f.evidence.get("others", []):
-                table.add_row(escape(f.deployment or ""), escape(f"{o['title']} ({o['pid']})"), _cls(o["class"]), "",
-                              escape(o.get("where") or ""))
+                continue
+            culprit = (row.deployment, str(r["ranks"])) in blamed
+            who = f"[bold white on red]{escape(r['ranks'])} ◀ culprit[/]" if culprit else escape(r["ranks"])
+            table.add_row(escape(row.deployment or ""), who, _cls(r["class"]), escape(r.get("backend") or ""),
+                          escape(r.get("where") or ""))
         console.print(table)
-    gpus = [(s.node, g) for s in report.snapshots for g in s.data("nvml").get("gpus", [])]
+    gpus = [(s.node, g.nvml) for s in sections for g in _checked(s.errors.get("gpus"), s.gpus)]
     if gpus:
         table = Table(title="GPUs (NVML)", title_justify="left")
         for col in ("node", "gpu", "util %", "power W", "memory GiB", "temp C", "ECC unc", "xid", "pids"):
@@ -49,6 +51,13 @@ def render(report: Report, console: Any) -> None:
                           escape(",".join(map(str, g.get("xid_events") or [])) or "-"),
                           escape(",".join(str(p.get("pid")) for p in g.get("processes") or []) or "-"))
         console.print(table)
+
+
+def _checked(error: Exception | None, rows: list[Any]) -> list[Any]:
+    """A section part's rows, or the error analysis met building it (the guarded view says so)."""
+    if error is not None:
+        raise error
+    return rows
 
 
 def _blamed_ranks(report: Report) -> set[tuple[str | None, str]]:

@@ -185,8 +185,9 @@ def gpu_section(node: rd.NodeData) -> str:
                     f"<td>{h(_gib(mem[0]))} / {h(_gib(mem[1]))}</td><td>{h(g.get('ecc_uncorrected_volatile'))}</td>"
                     f"<td>{h(', '.join(map(str, g.get('xid_events') or [])) or '-')}</td></tr>")
         out += "</table>"
-    elif node.probe("nvml"):
-        out += f"<p class=muted>GPUs: NVML {h(node.probe('nvml').get('status'))}: {h(node.probe('nvml').get('reason'))}</p>"
+    elif rd.nvml_probe(node):
+        nvml = rd.nvml_probe(node) or {}
+        out += f"<p class=muted>GPUs: NVML {h(nvml.get('status'))}: {h(nvml.get('reason'))}</p>"
     return out
 
 

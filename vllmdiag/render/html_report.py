@@ -1,9 +1,9 @@
 """The incident report (`--report x.html`): one self-contained page to attach to a ticket.
 
-Built from the JSON contract (`report.to_dict()`) only. Header (verdict, layer, confidence, hosts,
-time, tool version, command, collection budget and what did not fully see), findings by severity
-with their playbooks inline, the fleet grid for a fleet, then one section per node and layer in
-bisection order. No script, no link out, no external asset; every string escaped.
+Built from `report.render_dict()` only (the JSON contract, the sections analysis attached). Header
+(verdict, layer, confidence, hosts, time, tool version, command, collection budget and what did not
+fully see), findings by severity with their playbooks inline, the fleet grid for a fleet, then one
+section per node and layer in bisection order. No script, no link out, no external asset; every string escaped.
 """
 
 from __future__ import annotations
@@ -87,12 +87,12 @@ def culprits(v: dict[str, Any]) -> str:
 
 
 def meta_rows(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -> str:
-    snaps = rd.snapshots(d)
+    snaps = rd.collection(d)
     v = d.get("verdict") or {}
-    times = sorted(str(s.get("collected_at")) for s in snaps if s.get("collected_at"))
-    versions = sorted({str(s.get("vllmdiag_version")) for s in snaps if s.get("vllmdiag_version")})
+    times = sorted(str(s.collected_at) for s in snaps if s.collected_at)
+    versions = sorted({str(s.vllmdiag_version) for s in snaps if s.vllmdiag_version})
     budget = rd.budget(snaps)
-    took = max((float(s.get("duration_s") or 0) for s in snaps), default=0.0)
+    took = max((float(s.duration_s or 0) for s in snaps), default=0.0)
     blind = rd.not_seen(d, snaps)
     names = rd.report_hosts(d, nodes)
     rows = [("confidence", v.get("confidence", "?")), ("host" + ("s" if len(names) > 1 else ""), rd.hosts(names) or "?"),

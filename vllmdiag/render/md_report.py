@@ -74,15 +74,15 @@ def _culprits(v: dict[str, Any]) -> list[str]:
 
 
 def _meta(d: dict[str, Any], nodes: list[rd.NodeData], argv: list[str] | None) -> list[str]:
-    snaps = rd.snapshots(d)
-    times = sorted(str(s.get("collected_at")) for s in snaps if s.get("collected_at"))
+    snaps = rd.collection(d)
+    times = sorted(str(s.collected_at) for s in snaps if s.collected_at)
     budget = rd.budget(snaps)
-    took = max((float(s.get("duration_s") or 0) for s in snaps), default=0.0)
+    took = max((float(s.duration_s or 0) for s in snaps), default=0.0)
     names = rd.report_hosts(d, nodes)
     out = ["## Collection", "", f"- confidence: {md((d.get('verdict') or {}).get('confidence'))}",
            f"- host{'s' if len(names) > 1 else ''}: {md(rd.hosts(names) or '?')}",
            f"- collected: {md(times[0] if times else '?')}",
-           f"- tool version: vllmdiag {md(', '.join(sorted({str(s.get('vllmdiag_version')) for s in snaps})) or '?')}",
+           f"- tool version: vllmdiag {md(', '.join(sorted({str(s.vllmdiag_version) for s in snaps})) or '?')}",
            f"- collection took {took:.2f} s" + (f" of a {budget} budget" if budget else "")]
     if argv:
         out += ["- command:", "", *fence([" ".join(argv)])]

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmdiag.model.report import NodeSection, RingRow, short_label
+from vllmdiag.model.report import CollectionRow, NodeSection, RingRow, short_label
 
 LAYERS = ("process", "handshake", "queue", "gpu", "client")
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -21,21 +21,14 @@ STATUS_ORDER = {"blocked": 0, "degraded": 1, "inconclusive": 2, "starting": 3, "
 
 @dataclass
 class NodeData:
-    """One node of the report: its snapshot, its deployments and findings, and who is blamed there."""
+    """One node of the report: its deployments and findings, who is blamed there, and its section."""
 
     name: str
-    snapshot: dict[str, Any]
     deployments: list[dict[str, Any]] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
     culprit_pids: set[int] = field(default_factory=set)
     culprit_ranks: set[int] = field(default_factory=set)
-    section: NodeSection | None = None  # its rings and stacks, from the report's ``sections``
-
-    def probe(self, name: str) -> dict[str, Any]:
-        return ((self.snapshot.get("probes") or {}).get(name) or {})
-
-    def data(self, name: str) -> dict[str, Any]:
-        return self.probe(name).get("data") or {}
+    section: NodeSection | None = None  # its rings, stacks, endpoints, servers and GPUs (``sections``)
 
     @property
     def pids(self) -> set[int]:
@@ -45,18 +38,19 @@ class NodeData:
         return {int(p["pid"]): p for d in self.deployments for p in d.get("processes", [])}
 
 
-def snapshots(d: dict[str, Any]) -> list[dict[str, Any]]:
-    return [d["snapshot"]] if isinstance(d.get("snapshot"), dict) else [s for s in d.get("snapshots", []) if isinstance(s, dict)]
+def collection(d: dict[str, Any]) -> list[CollectionRow]:
+    """How each snapshot was collected (``Report.collection``, analysis/sections.py), in their order."""
+    raw = d.get("collection")
+    return [c for c in raw if isinstance(c, CollectionRow)] if isinstance(raw, list) else []
 
 
 def nodes(d: dict[str, Any]) -> list[NodeData]:
     """Nodes worst first (their deployments' status), each with what belongs to it."""
     raw = d.get("sections")
     sections: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    out = {str(s.get("node")): NodeData(str(s.get("node")), s, section=sections.get(str(s.get("node"))))
-           for s in snapshots(d)}
+    out = {c.node: NodeData(c.node, section=sections.get(c.node)) for c in collection(d)}
     for dep in d.get("deployments", []):
-        node = out.setdefault(str(dep.get("node")), NodeData(str(dep.get("node")), {}))
+        node = out.setdefault(str(dep.get("node")), NodeData(str(dep.get("node"))))
         node.deployments.append(dep)
     for f in d.get("findings", []):
         if str(f.get("node")) in out:
@@ -149,7 +143,7 @@ def report_hosts(d: dict[str, Any], nodes: list[NodeData]) -> list[str]:
     return fleet or [n.name for n in nodes]
 
 
-def not_seen(d: dict[str, Any], snaps: list[dict[str, Any]]) -> list[str]:
+def not_seen(d: dict[str, Any], snaps: list[CollectionRow]) -> list[str]:
     """What the report could not see: the probes that did not, and the nodes a sweep did not reach."""
     groups: dict[str, list[str]] = {}
     for n in d.get("nodes") or []:
@@ -159,10 +153,10 @@ def not_seen(d: dict[str, Any], snaps: list[dict[str, Any]]) -> list[str]:
     return [f"{fold(names)}: {what}" for what, names in groups.items()] + folded_probe_problems(snaps)
 
 
-def budget(snaps: list[dict[str, Any]]) -> str:
+def budget(snaps: list[CollectionRow]) -> str:
     """One budget for the header: `8 s`, or a range when nodes' collectors got different shares of theirs
     (each collector gets what its command's start left): `7.1-7.3 s`, never one entry per node."""
-    got = sorted({round(float(b), 1) for b in ((s.get("options") or {}).get("budget_s") for s in snaps)
+    got = sorted({round(float(b), 1) for b in (s.budget_s for s in snaps)
                   if isinstance(b, (int, float)) and not isinstance(b, bool)})
     if not got:
         return ""
@@ -177,11 +171,11 @@ def folded_findings(findings: list[dict[str, Any]]) -> list[tuple[dict[str, Any]
     return [(fs[0], fold(list(dict.fromkeys(str(f.get("node")) for f in fs)))) for fs in groups.values()]
 
 
-def folded_probe_problems(snaps: list[dict[str, Any]]) -> list[str]:
+def folded_probe_problems(snaps: list[CollectionRow]) -> list[str]:
     groups: dict[tuple[str, str, str], list[str]] = {}
     for s in snaps:
-        for probe, status, why in probe_problems(s):
-            groups.setdefault((probe, status, why), []).append(str(s.get("node")))
+        for probe, status, why in s.probe_problems:
+            groups.setdefault((probe, status, why), []).append(str(s.node))
     return [f"{fold(names)}: {probe} {status}" + (f" ({why})" if why else "") for (probe, status, why), names in groups.items()]
 
 
@@ -215,8 +209,8 @@ def _api_command(d: dict[str, Any], deployment: str | None, node: str) -> str | 
 
     deps = [x for x in d.get("deployments") or [] if isinstance(x, dict) and x.get("id") == deployment]
     pids = {p.get("pid") for x in deps for p in x.get("processes") or [] if isinstance(p, dict)}
-    snap = next((s for s in snapshots(d) if str(s.get("node")) == node), {})
-    servers = (((snap.get("probes") or {}).get("http") or {}).get("data") or {}).get("servers")
+    section = (d.get("sections") or {}).get(node)
+    servers = [row.server for row in section.http] if isinstance(section, NodeSection) else []
     return api_command(servers, {p for p in pids if isinstance(p, int)}) if pids else None
 
 
@@ -287,61 +281,33 @@ def last_moved(row: dict[str, Any]) -> float | None:
     return max(row["moved"]) if row["moved"] else None
 
 
-# ---- endpoints, http, gpus -------------------------------------------------------------------------
+# ---- endpoints, http, gpus: analysis picked and read them (analysis/sections.py); formatted here ----
+def _part(node: NodeData, name: str) -> NodeSection | None:
+    """The node's section for one part, raising the error analysis met building it (its view says so)."""
+    section = _section(node)
+    if section is not None and name in section.errors:
+        raise section.errors[name]
+    return section
+
+
 def endpoints(node: NodeData) -> list[dict[str, Any]]:
     """Each ZMQ listener of the node's deployments with its ZMTP answer; problems first."""
-    ep = node.data("endpoints")
-    zmtp = {z.get("listener") or z.get("endpoint"): z for z in ep.get("zmtp", [])}
-    pids = node.pids
-    rows = [{"endpoint": e["endpoint"], "holders": e.get("binders") or [], "accepted": e.get("accepted")}
-            for e in ep.get("ipc", [])]
-    rows += [{"endpoint": t["endpoint"], "holders": t.get("pids") or [], "accepted": t.get("accepted")}
-             for t in ep.get("tcp_listen", [])]
-    out = []
-    for r in rows:
-        if set(r["holders"]) & pids:
-            z = zmtp.get(r["endpoint"], {})
-            problem, note = endpoint_note(r["endpoint"], z)
-            out.append({**r, "status": z.get("status") or "-", "type": z.get("peer_socket_type") or "?",
-                        "ms": z.get("latency_ms"), "problem": problem, "note": note})
-    return sorted(out, key=lambda r: (not r["problem"], min(r["holders"] or [0]), r["endpoint"]))
-
-
-def endpoint_note(endpoint: str, z: dict[str, Any]) -> tuple[bool, str]:
-    """(is it a problem, what the ZMTP status means), as the handshake analysis reads it: a TCP
-    listener that accepts and stays silent may well not be ZMQ at all (TCPStore, NCCL bootstrap)."""
-    status = z.get("status") or "-"
-    if status == "ok":
-        return False, "greeted as ZMQ " + str(z.get("peer_socket_type") or "")
-    if endpoint.startswith("tcp://") and z.get("stage") == "signature" and status == "timeout":
-        return False, "accepted but silent: not a ZMQ socket (a TCPStore or NCCL bootstrap listener); not a problem"
-    notes = {"timeout": "accepted but sent no ZMTP greeting in time: the owner's ZMQ I/O thread does not serve it",
-             "refused": "connection refused: nothing listens although the socket is listed",
-             "no_listener": "no process listens on this path any more", "closed": "closed during the greeting",
-             "not_zmtp": "answered, but not with ZMTP",
-             "-": "not dialled, on purpose: the HTTP port, or a TCPStore/gloo/NCCL listener (not ZMQ)"}
-    return status in ("timeout", "refused", "no_listener", "closed"), notes.get(status, str(z.get("reason") or status))
+    section = _part(node, "endpoints")
+    return [dict(vars(r)) for r in section.endpoints] if section is not None else []
 
 
 def http_servers(node: NodeData) -> list[dict[str, Any]]:
-    pids = node.pids
-    return [s for s in node.data("http").get("servers", []) if set(s.get("pids", [])) & pids]
+    section = _part(node, "http")
+    return [r.server for r in section.http] if section is not None else []
 
 
 def gpus(node: NodeData) -> list[dict[str, Any]]:
     """NVML rows, each with the rank(s) whose worker pid runs on it."""
-    rank_of = {int(p["pid"]): p.get("rank") for p in node.procs().values() if p.get("role") == "worker"}
-    out = []
-    for g in node.data("nvml").get("gpus", []):
-        on = [rank_of[int(p["pid"])] for p in g.get("processes") or [] if p.get("pid") is not None and int(p["pid"]) in rank_of]
-        out.append({**g, "ranks": on})
-    return out
+    section = _part(node, "gpus")
+    return [{**r.nvml, "ranks": r.ranks} for r in section.gpus] if section is not None else []
 
 
-def probe_problems(snapshot: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(probe, status, reason) of every probe that did not fully see: what the verdict could not use."""
-    out = []
-    for name, p in sorted((snapshot.get("probes") or {}).items()):
-        if isinstance(p, dict) and p.get("status") not in ("ok", None):
-            out.append((name, str(p.get("status")), str(p.get("reason") or "")))
-    return out
+def nvml_probe(node: NodeData) -> dict[str, Any] | None:
+    """NVML's status and reason where the probe ran (None where it did not)."""
+    section = _section(node)
+    return section.nvml_probe if section is not None else None
