@@ -178,7 +178,9 @@ TRIAGE_STAGES: tuple[tuple[str, Callable[[_Triage], Report | None]], ...] = (
 
 def out_of_time(snap: Snapshot, budget_s: float, phase: str) -> Report:
     """The verdict when the budget ran out before ``phase`` finished: inconclusive, from what was
-    collected (model classes only: nothing more to import on a starved node)."""
+    collected (the model classes and the sections' builder only: nothing more to import on a starved node;
+    the sections carry what the report's files and views draw of the snapshot)."""
+    from vllmdiag.analysis.sections import with_sections
     from vllmdiag.model import Report, Verdict
 
     missing = [f"{name} {res.status}" for name, res in sorted(snap.probes.items()) if res.status not in ("ok", "partial")]
@@ -192,7 +194,7 @@ def out_of_time(snap: Snapshot, budget_s: float, phase: str) -> Report:
            "life (or under `chrt -f 10`), or from outside a CPU-throttled pod (see docs/priority.md, Kubernetes).")
     verdict = Verdict(status="inconclusive", summary="Inconclusive: " + why, evidence=[why], confidence="low",
                       next_steps=[fix])
-    return Report(verdict=verdict, deployments=[], findings=[], snapshots=[snap])
+    return with_sections(Report(verdict=verdict, deployments=[], findings=[], snapshots=[snap]))
 
 
 def spent_in_startup(options: CollectOptions, budget_s: float, startup: float) -> Snapshot:
