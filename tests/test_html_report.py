@@ -247,7 +247,7 @@ def test_gpus_per_rank_and_an_unreachable_node_in_the_fleet_grid() -> None:
                                "next_steps": [], "confidence": "high"}
     gpus = [{"index": i, "util_pct": 97, "processes": [{"pid": 100 + i}], "ecc_uncorrected_volatile": 0} for i in range(2)]
     snap = {"node": "gpu00", "probes": {"nvml": {"status": "ok", "data": {"gpus": gpus}}}}
-    d = {"verdict": verdict, "findings": [], "snapshots": [snap],
+    d: dict[str, Any] = {"verdict": verdict, "findings": [], "snapshots": [snap],
          "deployments": [{"id": "gpu00:9", "node": "gpu00", "root_pid": 9, "processes": workers, "verdict": verdict}],
          "nodes": [{"name": "gpu00", "status": "ok", "verdict": "healthy", "gpus": ".."},
                    {"name": "gpu01", "status": "unreachable", "reason": "ssh: connect timed out", "gpus": ""}]}
