@@ -9,11 +9,12 @@ import pytest
 import typer.main
 
 import vllmdiag.cli.app as cli
+import vllmdiag.cli.triage_command as triage_module
 from vllmdiag.cli import options
 from vllmdiag.cli.fast_triage import FLAGS, VALUES, triage_kwargs
 from vllmdiag.cli.options import with_defaults
 
-TRIAGE = cli.triage_command
+TRIAGE = triage_module.triage_command
 LINES = [[], ["--json"], ["--json", "--pid", "5"], ["--pid", "5", "--pid=7", "-v"], ["--budget", "3.5", "--confirm=0"],
          ["--save", "s.json", "--report", "r.md", "--rates", "2"], ["--watch", "1.5"],
          ["--probe", "stacks", "--probe", "rings", "--native"],
@@ -26,12 +27,12 @@ TYPER_ONLY = [["--help"], ["-h"], ["--pid"], ["--pid", "x"], ["--pid", ""], ["--
 def _typer_call(args: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
-    @functools.wraps(cli.triage_command)
+    @functools.wraps(triage_module.triage_command)
     def record(**kwargs: Any) -> int:
         seen.update(kwargs)
         return 0
 
-    monkeypatch.setattr(cli, "triage_command", record)
+    monkeypatch.setattr(triage_module, "COMMAND", triage_module.COMMAND._replace(run=record))
     app = cli.build_app(["triage"])
     typer.main.get_command(app).main(["triage", *args], standalone_mode=False)
     return seen

@@ -1,4 +1,4 @@
-"""`vllmdiag gate`: registered on the typer app by vllmdiag/cli/app.py when this module exists.
+"""`vllmdiag gate`: found by vllmdiag/cli/app.py (``COMMAND``) when this module exists.
 
 Exit codes: 0 every required check passed (warnings and skips allowed), 1 a required check failed,
 2 bad usage or config (one line on stderr).
@@ -11,12 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.cli.options import GATE, with_defaults
-from vllmdiag.cli.shared import typer_command
+from vllmdiag.cli.shared import Command
 from vllmdiag.model import strict_json
-
-
-def register(app: Any) -> None:
-    app.command("gate")(typer_command(gate_command, GATE))
 
 
 def gate_command(**given: Any) -> int:
@@ -113,3 +109,6 @@ def _write(path: Path, text: str, option: str) -> None:
     from vllmdiag.files.outfile import write_output
 
     write_output(path, text, option)
+
+
+COMMAND = Command("gate", gate_command, GATE)

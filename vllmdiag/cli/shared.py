@@ -1,17 +1,48 @@
 """What every typer command of the face shares: ``typer_command`` (a command's signature and help from the
-option table, cli/options.py), the plain option/argument helpers (the simulator's commands use them) and
-``emit`` (print a result as JSON or the rich view, write --save/--report files, return the exit code).
-The commands live in cli/app.py and cli/*_command.py; they import this, never each other."""
+option table, cli/options.py), ``Command`` (what a cli/<name>_command.py module declares as ``COMMAND``: cli/app.py
+finds it), the plain option/argument helpers (the simulator's commands use them) and ``emit`` (print a result as
+JSON or the rich view, write --save/--report files, return the exit code).
+The commands live in cli/*_command.py; they import this, never each other."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from vllmdiag.cli.options import Option
+
+
+class Command(NamedTuple):  # not a dataclass: the triage fast path loads this module (cli/options.py says why)
+    """One of the product's commands, declared as ``COMMAND`` in its own module ``cli/<name>_command.py``.
+
+    ``run`` is called with every parameter typer read; its docstring is the command's help. ``options``: the
+    rows (and so the option groups) of the table in cli/options.py the command installs, typer's signature and
+    help built from them; ``None``: ``run`` declares its typer parameters itself."""
+
+    name: str
+    run: Callable[..., Any]
+    options: tuple[Option, ...] | None = None
+
+    def install(self, app: Any) -> None:
+        app.command(self.name)(self.run if self.options is None else typer_command(self.run, self.options))
+
+
+def verbose(on: bool) -> None:
+    """-v: every row of every section in the terminal view (the default folds what is fine)."""
+    if on:
+        from vllmdiag.render import text
+
+        text.VERBOSE = True
+
+
+def check_report_name(report: Path | None) -> None:
+    from vllmdiag.errors import BadInput
+
+    if report is not None and report.suffix.lower() not in (".html", ".htm", ".md"):
+        raise BadInput(f"--report {report}: use a .html or .md file name")
 
 
 def opt(*names: str, help: str, hidden: bool = False) -> Any:

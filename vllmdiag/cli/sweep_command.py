@@ -1,4 +1,4 @@
-"""``vllmdiag sweep``: thin typer command over ``vllmdiag.sweep.sweep_api`` (registered by vllmdiag/cli/app.py)."""
+"""``vllmdiag sweep``: thin typer command over ``vllmdiag.sweep.sweep_api`` (found by vllmdiag/cli/app.py: ``COMMAND``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.cli.options import SWEEP, check, with_defaults
-from vllmdiag.cli.shared import typer_command
+from vllmdiag.cli.shared import Command
 from vllmdiag.errors import BadInput
 from vllmdiag.runtime import lastword
-
-
-def register(app: Any) -> None:
-    app.command("sweep")(typer_command(sweep_command, SWEEP))
 
 
 def sweep_command(**given: Any) -> int:
@@ -185,3 +181,6 @@ def _with_progress(plan: Any, run: Any) -> Any:
             bar.update(task, advance=1, description=f"{bad['n']} not answering" if bad["n"] else "")
 
         return run(plan, done)
+
+
+COMMAND = Command("sweep", sweep_command, SWEEP)

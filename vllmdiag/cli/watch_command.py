@@ -1,4 +1,4 @@
-"""``vllmdiag watch``: thin typer command over ``vllmdiag.watch.watcher`` (registered by vllmdiag/cli/app.py)."""
+"""``vllmdiag watch``: thin typer command over ``vllmdiag.watch.watcher`` (found by vllmdiag/cli/app.py: ``COMMAND``)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from vllmdiag.cli.options import WATCH, check, with_defaults
-from vllmdiag.cli.shared import typer_command
+from vllmdiag.cli.shared import Command
 from vllmdiag.errors import BadInput
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgKMG]i?[bB]?|[bB])?\s*$")
 
-
-def register(app: Any) -> None:
-    app.command("watch")(typer_command(watch_command, WATCH))
 
 
 def watch_command(**given: Any) -> int:
@@ -109,3 +106,6 @@ def parse_select(items: list[str]) -> dict[str, str]:
 def _under(path: Path, top: Path) -> bool:
     resolved = path.resolve()
     return resolved == top.resolve() or top.resolve() in resolved.parents
+
+
+COMMAND = Command("watch", watch_command, WATCH)
