@@ -61,7 +61,7 @@ SHIP_PYTHON = r"/[A-Za-z0-9_.+/-]{1,1023}"
 # Front-end packages the node never needs; keeping them out keeps the bundle small and its imports lean.
 _SKIP_DIRS = ("render", "sweep", "gate")
 _SKIP_FILES = ("__main__.py",)
-_SHIP_DOORS = ("__init__.py", "collect.py", "options.py", "option_kit.py")  # of vllmdiag/cli/: the collector's door only
+_SHIP_DOORS = ("__init__.py", "collect.py", "options.py")  # of vllmdiag/cli/: the collector's door only
 MAIN = (
     "import os, sys\n"
     "if sys.version_info < (3, 10):\n"
