@@ -1,12 +1,12 @@
-"""Gate checks and terminal views are found by folder (issue 36: one discover() at every extension point):
-the discovered sets are today's names in today's order, and a new check or view is one new file, proved
-on a copy of the folder in tmp_path (nothing is written into the installed package)."""
+"""Gate checks and the report's views are found by folder (issue 36: one discover() at every extension
+point): the discovered sets are today's names in today's order, a view draws its layer in the terminal,
+HTML and Markdown, and a new check or view is one new file, proved on a copy of the folder in tmp_path
+(nothing is written into the installed package)."""
 
 from __future__ import annotations
 
 import importlib
 import io
-import json
 import re
 import shutil
 import sys
@@ -18,14 +18,15 @@ import pytest
 
 import vllmdiag.gate.checks as gate_checks_folder
 import vllmdiag.render as render_folder
+from vllmdiag import api
 from vllmdiag.gate import contract
 from vllmdiag.gate.config import ConfigError, GateConfig, default_yaml, parse_config
 from vllmdiag.gate.junit import to_junit
 from vllmdiag.gate.prom import to_prom
 from vllmdiag.gate.result import NodeGateResult
 from vllmdiag.gate.run import evaluate
-from vllmdiag.model import ProbeResult, Report, Snapshot
-from vllmdiag.render import screen, text, views
+from vllmdiag.model import LAYERS, ProbeResult, Snapshot
+from vllmdiag.render import files, md_report, screen, text, views
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS_DIR = Path(gate_checks_folder.__file__).parent
@@ -34,7 +35,7 @@ RENDER_DIR = Path(render_folder.__file__).parent
 NODE_CHECKS = ("shm_capacity", "shm_leaks", "stale_sockets", "nofile_limit", "pids_limit", "ptrace", "pyspy",
                "gpu_health", "ports", "env", "rpc_base", "url_health", "url_metrics", "url_completion")
 FLEET_CHECKS = ("fleet_versions", "fleet_libnccl", "fleet_env", "fleet_shm_size")
-OLD_VIEWS = ("process", "handshake", "queue", "gpu", "client", "fleet")  # process had no module
+OLD_VIEWS = ("process", "handshake", "queue", "gpu", "client", "fleet")  # process: HTML and Markdown only
 
 DOC = ROOT / "docs" / "extending-gate-and-views.md"
 
@@ -144,21 +145,39 @@ def test_a_broken_gate_check_module_is_said_at_once(make_package: Any) -> None:
 def test_discovered_views_are_todays_in_todays_order() -> None:
     names = [n for n, _ in views.discover()]
     assert names == [v for v in OLD_VIEWS if (RENDER_DIR / f"{v}_view.py").exists()]
-    assert names == ["handshake", "queue", "gpu", "client", "fleet"]  # gate/nagios/playbook views draw no report
+    assert names == ["process", "handshake", "queue", "gpu", "client", "fleet"]  # gate/nagios/playbook draw no report
+    # the terminal's -v views as before; each layer's view draws its HTML and Markdown section, in bisection order
+    assert [n for n, _ in views.drawing("render")] == ["handshake", "queue", "gpu", "client", "fleet"]
+    assert tuple(n for n, _ in views.drawing("html")) == LAYERS == tuple(n for n, _ in views.drawing("markdown"))
+    with pytest.raises(ValueError, match="no view format 'pdf'"):
+        views.drawing("pdf")
+
+
+def test_the_report_files_keep_no_per_layer_drawing() -> None:
+    """html_layers.py and md_report.py draw the section around a view's drawing, never a layer's own."""
+    for name in ("html_layers.py", "md_report.py"):
+        said = (RENDER_DIR / name).read_text(encoding="utf-8")
+        assert not re.search(r"rd\.(rings|endpoints|stack_classes|gpus|http_servers)\(", said), name
+        assert not re.search(r"\b(process|handshake|queue|gpu|client)_view\b", said), name  # by folder
 
 
 def test_a_new_view_is_one_file(make_package: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    process = NEW_VIEW.replace("codes: ", "process: ")
-    name = make_package({"codes_view.py": NEW_VIEW, "process_view.py": process}, RENDER_DIR, "*_view.py")
+    name = make_package({"codes_view.py": NEW_VIEW}, RENDER_DIR, "*_view.py")  # today's views plus the doc's file
     # a layer's view in the layers' order (process first), the others after them by name
     assert [n for n, _ in views.discover(name)] == ["process", "handshake", "queue", "gpu", "client", "codes", "fleet"]
     real = views.discover
-    monkeypatch.setattr(views, "discover", lambda: real(name))  # -v draws that folder's views
+    monkeypatch.setattr(views, "discover", lambda package=name: real(name))  # every format draws that folder's views
     monkeypatch.setattr(text, "VERBOSE", True)
-    report = Report.from_dict(json.loads((ROOT / "tests/data/reports/old-report-d-sigstop.json").read_text()))
+    # a recorded snapshot analyzed now: the report carries the sections the views draw (a stored old report
+    # read back with Report.from_dict has none, so its layer views would draw nothing)
+    report = api.analyze_files([ROOT / "tests/data/vllm-real/snap-d-worker-tp1-sigstop.json"]).report
+    codes = "codes: " + ", ".join(sorted({f.code for f in report.findings}))
     out = io.StringIO()
     screen.render_report(report, text.make_console(out))
     said = out.getvalue()
-    codes = "codes: " + ", ".join(sorted({f.code for f in report.findings}))
     # drawn in its place: after the layers' views (gpu: stack classes, client: HTTP), before the findings
-    assert said.index("process: ") < said.index("stack classes") < said.index("HTTP 127.0.0.1") < said.index(codes)
+    assert said.index("stack classes") < said.index("HTTP 127.0.0.1") < said.index(codes)
+    page = files.to_html(report)  # its section after the client's, drawn by its html()
+    assert page.index("data-layer='client'") < page.index(f"data-layer='codes'><h3>codes</h3><p>{codes}</p></section>")
+    md = files.to_markdown(report)  # and in the Markdown report, by its markdown() (`_` escaped there)
+    assert md.index("### client\n") < md.index(f"### codes\n\n{md_report.md(codes)}\n")

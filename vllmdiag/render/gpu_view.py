@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from vllmdiag.model import Report
+from vllmdiag.render import report_data as rd
+from vllmdiag.render.html_layers import h, tag
+from vllmdiag.render.md_report import md, md_block
 from vllmdiag.render.text import escape
 from vllmdiag.vocab.stack_classes import COLLECTIVE, ENGINE_BUSY, ENGINE_IDLE, EXECUTING, IDLE, SYNC_POINT, UNKNOWN
 
@@ -82,3 +85,52 @@ def _num(v: Any) -> str:
 
 def _gib(v: Any) -> str:
     return "?" if v is None else f"{v / (1 << 30):.1f}"
+
+
+# ---- HTML: the body of this layer's section of a node (render/html_layers.py) ----
+def html(node: rd.NodeData) -> str:
+    classes = rd.stack_classes(node)
+    out = ""
+    if classes:
+        out += "<table class='stacks'><tr><th>ranks / process</th><th>class</th><th>backend</th><th>where</th></tr>"
+        for c in classes:
+            stack = "".join(f"{h(f)}\n" for f in c["stack"])
+            detail = (f"<details><summary>full stack ({len(c['stack'])} frames, innermost first)</summary>"
+                      f"<pre>{stack}</pre></details>") if c["stack"] else ""
+            mark = " class='culprit-row'" if c["culprit"] else ""
+            out += (f"<tr{mark}><td><span class='mono{' culprit' if c['culprit'] else ''}'>{h(c['label'])}</span>"
+                    f"{' ' + tag('culprit', 'culprit') if c['culprit'] else ''}</td><td>{h(c.get('class'))}</td>"
+                    f"<td>{h(c.get('backend') or '')}</td><td class=mono>{h(c.get('where') or '')}{detail}</td></tr>")
+        out += "</table>"
+    gpus = rd.gpus(node)
+    if gpus:
+        out += ("<table class='gpus'><tr><th>GPU</th><th>rank(s)</th><th>util %</th><th>power W</th><th>memory GiB</th>"
+                "<th>ECC unc.</th><th>Xid</th></tr>")
+        for g in gpus:
+            mem = g.get("memory_used_bytes"), g.get("memory_total_bytes")
+            out += (f"<tr><td>{h(g.get('index'))}</td><td>{h(', '.join(f'TP{r}' for r in g['ranks']) or '-')}</td>"
+                    f"<td>{h(g.get('util_pct'))}</td><td>{h(g.get('power_w'))}</td>"
+                    f"<td>{h(_gib_html(mem[0]))} / {h(_gib_html(mem[1]))}</td><td>{h(g.get('ecc_uncorrected_volatile'))}</td>"
+                    f"<td>{h(', '.join(map(str, g.get('xid_events') or [])) or '-')}</td></tr>")
+        out += "</table>"
+    elif rd.nvml_probe(node):
+        nvml = rd.nvml_probe(node) or {}
+        out += f"<p class=muted>GPUs: NVML {h(nvml.get('status'))}: {h(nvml.get('reason'))}</p>"
+    return out
+
+
+def _gib_html(v: Any) -> str:
+    return "?" if v is None else f"{float(v) / (1 << 30):.1f}"
+
+
+# ---- Markdown: the lines of this layer's section of a node (render/md_report.py) ----
+def markdown(node: rd.NodeData) -> list[str]:
+    """Stack classes, then one line per GPU (the Markdown report's gpu section)."""
+    out = []
+    for c in rd.stack_classes(node):
+        mark = " **culprit**" if c["culprit"] else ""
+        out.append(f"- {md_block(c['label'])}{mark}: {md(c.get('class'))} in {md(c.get('where'))}")
+    for g in rd.gpus(node):
+        out.append(f"- GPU {md(g.get('index'))} (ranks {md(g['ranks'])}): util {md(g.get('util_pct'))} %, "
+                   f"ECC unc. {md(g.get('ecc_uncorrected_volatile'))}")
+    return out + [""]

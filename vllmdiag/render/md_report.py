@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from vllmdiag.render import report_data as rd
+from vllmdiag.render import views
 from vllmdiag.render.culprits import limited as culprit_lines
 from vllmdiag.render.safe import clean, md_escape
 
@@ -164,42 +165,8 @@ def _times(ts: list[float]) -> str:
 
 
 def _layers(n: rd.NodeData, out: list[str]) -> list[str]:
-    out += ["### process", ""]
-    for dep in n.deployments:
-        version = rd.vllm_label(dep)
-        out += [f"Deployment {md(dep.get('id'))}: {md((dep.get('verdict') or {}).get('status'))}"
-                + (f" ({md(version)})" if version else ""), ""]
-        out += fence([_proc_line(n, p) for p in dep.get("processes", [])]) + [""]
-    eps = rd.endpoints(n)
-    bad = [e for e in eps if e["problem"]]
-    out += ["### handshake", "", f"{len(eps)} ZMQ listeners, {len(bad)} with a problem."]
-    out += [f"- {md_block(e['endpoint'])}: {md(e['status'])} (held by {md(e['holders'])})" for e in bad[:50]] + [""]
-    out += ["### queue", ""] + [_ring_line(r) for r in rd.rings(n)] + [""]
-    out += ["### gpu", ""]
-    for c in rd.stack_classes(n):
-        mark = " **culprit**" if c["culprit"] else ""
-        out.append(f"- {md_block(c['label'])}{mark}: {md(c.get('class'))} in {md(c.get('where'))}")
-    for g in rd.gpus(n):
-        out.append(f"- GPU {md(g.get('index'))} (ranks {md(g['ranks'])}): util {md(g.get('util_pct'))} %, "
-                   f"ECC unc. {md(g.get('ecc_uncorrected_volatile'))}")
-    out += ["", "### client", ""]
-    for s in rd.http_servers(n):
-        samples = "; ".join(f"at {m.get('at_s')} s running {m.get('running')} waiting {m.get('waiting')} "
-                            f"generated {m.get('generation_tokens')}" for m in (s.get("metrics") or [])[:10])
-        out.append(f"- HTTP {md(s.get('address'))}: /health {md((s.get('health') or {}).get('status'))}; {md(samples)}")
-    return out + [""]
-
-
-def _proc_line(n: rd.NodeData, p: dict[str, Any]) -> str:
-    rank = f" rank {p['rank']}" if p.get("rank") is not None else ""
-    mark = "  ← culprit" if rd.is_culprit(n, p) else ""
-    return f"pid {p.get('pid')} ppid {p.get('ppid')} {p.get('state')} {p.get('title')}{rank}{mark}"
-
-
-def _ring_line(r: rd.RingView) -> str:
-    cells = " | ".join(f"{md(name)} {u}/{r.max_chunks}" + (" **(waits on this reader)**" if i in r.laggards else "")
-                       for i, (name, u) in enumerate(zip(r.readers, r.unread, strict=False)))
-    series = [max([int(u or 0) for u in s.get("unread") or [0]] or [0]) for s in r.samples if isinstance(s, dict)][:20]
-    over = (f"; unread slots of the most-behind reader (0 to {r.max_chunks}) over {len(series)} samples: "
-            f"{', '.join(map(str, series))}" if len(series) > 1 else "")
-    return f"- {md_block(r.role)} {md(r.name)} (writer {md(r.writer)}; {md(r.state)}): {cells}{over}"
+    """One section per view that draws Markdown (``<name>_view.py`` with ``markdown(node)``, render/views.py),
+    in the views' order: the layers' in bisection order, then the others by name."""
+    for name, draw in views.drawing("markdown"):
+        out += [f"### {name}", "", *draw(n)]
+    return out

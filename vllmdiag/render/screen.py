@@ -50,8 +50,8 @@ def render_report(report: Report, console: Any = None) -> None:
     if not text.VERBOSE:
         _section(console, "summary", lambda: _render_compact(report, console))
         return
-    for name, module in views.discover():  # found by folder: render/<name>_view.py
-        _section(console, f"{name} view", lambda m=module: m.render(report, console))
+    for name, draw in views.drawing("render"):  # found by folder: render/<name>_view.py
+        _section(console, f"{name} view", lambda draw=draw: draw(report, console))
     if report.findings:
         _section(console, "findings", lambda: console.print(findings_table(report)))
 
