@@ -2,6 +2,10 @@
 
 Reads only the report's node sections (``Report.sections``: the API servers of the node's deployments,
 analysis/sections.py); never collects nor reads the snapshot.
+
+Drawn in every format (render/views.py): ``render`` the terminal's -v table, ``html`` the body of this
+layer's section of a node in the HTML report, ``markdown`` its lines in the Markdown report; the latter
+two read the same sections through ``report_data`` (a ``NodeData``).
 """
 
 from __future__ import annotations

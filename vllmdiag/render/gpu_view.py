@@ -2,6 +2,10 @@
 
 Reads only the report: its node sections (``Report.sections``, analysis/sections.py: the stack classes
 analysis folded, each node's NVML rows) and the deployments' culprits. Prints nothing when neither is there.
+
+Drawn in every format (render/views.py): ``render`` the terminal's -v table, ``html`` the body of this
+layer's section of a node in the HTML report, ``markdown`` its lines in the Markdown report; the latter
+two read the same sections through ``report_data`` (a ``NodeData``).
 """
 
 from __future__ import annotations

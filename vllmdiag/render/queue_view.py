@@ -3,6 +3,10 @@
 Reads only the report's node sections (``Report.sections``, analysis/sections.py): each ring's role,
 size, writer and readers, unread slots per reader, the readers a finding blames and the sampling words
 were decided there; never collects nor decides, never reads the snapshot.
+
+Drawn in every format (render/views.py): ``render`` the terminal's -v table, ``html`` the body of this
+layer's section of a node in the HTML report, ``markdown`` its lines in the Markdown report; the latter
+two read the same sections through ``report_data`` (a ``NodeData``).
 """
 
 from __future__ import annotations
