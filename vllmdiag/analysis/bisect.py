@@ -117,12 +117,11 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
     # A share of a deployment whose engine runs on another node (`--headless`) never reports ready itself:
     # alone it is "not all of it is on this node" (below); the sweep judges it with its engine's node.
     elsewhere = any(f.out_of_view for f in findings)
-    if starting is not None and not elsewhere and (starting.evidence.get("moving") or not _blind_spots(snapshot)):
+    if starting is not None and not elsewhere and (starting.moving or not _blind_spots(snapshot)):
         return _starting(starting)
     progress = next((f for f in findings if f.code == "gpu.progress"), None)
-    seen = progress.evidence if progress is not None else {}
     # Work seen moving is healthy even when another probe (stacks) timed out: say which one was missing.
-    moved = bool(seen.get("moved"))
+    moved = progress is not None and progress.moved
     missing = _blind_spots(snapshot, ("stacks",))
     blind = _blind_spots(snapshot, ("processes",)) + gaps(snapshot, pids or set()) + ([] if moved else missing)
     beyond = [f for f in findings if f.out_of_view]  # part of it runs on another node
@@ -132,7 +131,7 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
         verdict = write_verdict("inconclusive", beyond[0].layer, beyond, findings)
         verdict.summary, verdict.confidence = "Not all of it is on this node: " + beyond[0].message, "low"
         return verdict
-    unseen = [str(b) for b in seen.get("blind") or []]
+    unseen = list(progress.blind) if progress is not None else []
     if blind:
         blind += [] if moved else [u for u in unseen if not u.startswith("stacks")]  # e.g. /metrics answered once
         return Verdict(status="inconclusive", summary="No blocking problem seen, but the tool could not see enough: "
@@ -148,14 +147,14 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
     if not_seen:
         summary += " Not seen (not needed: work was seen moving): " + "; ".join(not_seen) + "."
     # The processes were seen; progress only as far as the caller's --probe let it be looked at.
-    unasked = [] if moved else [str(u) for u in seen.get("unasked") or []]
+    unasked = [] if moved or progress is None else list(progress.unasked)
     return Verdict(status="healthy", summary=summary, evidence=not_seen, confidence="medium" if unasked else "high")
 
 
 def _starting(f: Finding) -> Verdict:
     """Not ready yet: never healthy nor idle (DESIGN.md). Seen moving, or not watched long enough to tell
     (then said so, with the command that watches longer)."""
-    moving = bool(f.evidence.get("moving"))
+    moving = f.moving
     steps = [] if moving else ["vllmdiag triage --confirm 30   # watch the start-up longer: moving, or held (and by whom)"]
     return Verdict(status="starting", summary=f.message, evidence=[f.message], confidence="high" if moving else "low",
                    next_steps=steps)

@@ -82,8 +82,8 @@ def blamed_readers(findings: list[Finding]) -> dict[str, set[int]]:
     """Ring name -> the reader indexes critical queue findings blame (the one reader of this contract)."""
     out: dict[str, set[int]] = {}
     for f in findings:
-        if f.layer == "queue" and f.severity == "critical" and "ring" in f.evidence:
-            out.setdefault(str(f.evidence["ring"]), set()).update(int(i) for i in f.evidence.get("readers") or [])
+        if f.layer == "queue" and f.severity == "critical" and f.ring is not None:
+            out.setdefault(f.ring, set()).update(f.readers)
     return out
 
 

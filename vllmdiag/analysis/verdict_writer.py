@@ -33,10 +33,9 @@ def write_verdict(status: str, layer: str | None, deciding: list[Finding], all_f
 
 
 def _as_seen(f: Finding, status: str) -> str:
-    """Under a blocked verdict a suspicion (gpu.stall_suspected) says what it saw (``evidence["observed"]``),
+    """Under a blocked verdict a suspicion (gpu.stall_suspected) says what it saw (``observed``),
     not its doubt: "watched only 0.4 s" under a confident straggler read as if the block were in question."""
-    observed = f.evidence.get("observed")
-    return observed if status == "blocked" and isinstance(observed, str) and observed else f.message
+    return f.observed if status == "blocked" and f.observed else f.message
 
 
 def _who(culprits: list[Culprit]) -> str:

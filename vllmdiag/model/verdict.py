@@ -13,6 +13,10 @@ LAYERS = ("process", "handshake", "queue", "gpu", "client")
 SEVERITIES = ("info", "warning", "critical")
 CONFIDENCES = ("high", "medium", "low")
 FLAGS = ("out_of_view", "needs_confirm")  # Finding fields the JSON carries in its evidence
+# Evidence keys another module than their writer reads, as typed Finding fields (issue 36 item 1;
+# tests/test_evidence_keys.py): read from ``evidence`` (which stays what the JSON shows), never written back.
+SEEN = ("moving", "moved", "moved_what", "in_flight", "blind", "unasked", "starting", "observed", "window_s",
+        "confirmed_by_resample", "nodes", "ring", "readers")
 
 
 @dataclass
@@ -53,6 +57,24 @@ class Finding:
     # in ``evidence`` (FLAGS): set either way, both say the same (``__post_init__``, ``to_dict``).
     out_of_view: bool = False
     needs_confirm: bool | None = None
+    # What the evidence says, typed for the modules that read another's finding (SEEN): derived from
+    # ``evidence`` only (init=False: ``dataclasses.replace`` with a new evidence re-reads it); a writer that
+    # adds to a made finding's evidence says so through ``add_evidence``.
+    moving: bool = field(default=False, init=False)  # handshake.starting: the start-up was seen moving
+    # gpu.progress, or a stall finding's ``progress``: work seen moving, what moved, what says work is in flight,
+    # the probes that could not look, those no pass ran; the finding is of a start-up (gpu.progress).
+    moved: bool = field(default=False, init=False)
+    moved_what: list[str] = field(default_factory=list, init=False)
+    in_flight: list[str] = field(default_factory=list, init=False)
+    blind: list[str] = field(default_factory=list, init=False)
+    unasked: list[str] = field(default_factory=list, init=False)
+    starting: bool = field(default=False, init=False)
+    observed: str = field(default="", init=False)  # what a suspicion saw, without its doubt (gpu.stall_suspected)
+    window_s: float = field(default=0.0, init=False)  # how long progress was watched
+    confirmed_by_resample: bool = field(default=False, init=False)  # the odd rank held in a second sample
+    nodes: list[str] = field(default_factory=list, init=False)  # the nodes an across-node finding judged
+    ring: str | None = field(default=None, init=False)  # the ring a queue finding is about (None: no ring)
+    readers: list[int] = field(default_factory=list, init=False)  # that ring's blamed reader indexes
 
     def __post_init__(self) -> None:
         if "out_of_view" in self.evidence:
@@ -60,6 +82,28 @@ class Finding:
         if self.needs_confirm is None and isinstance(self.evidence.get("needs_confirm"), bool):
             self.needs_confirm = self.evidence["needs_confirm"]
         self.evidence.update(self._flags(self.evidence))
+        self._read_seen()
+
+    def add_evidence(self, **more: Any) -> None:
+        """Add to a made finding's evidence (appended, as ``dict.update``), its typed fields following."""
+        self.evidence.update(more)
+        self._read_seen()
+
+    def _read_seen(self) -> None:
+        ev = self.evidence
+        raw = ev.get("progress")
+        progress: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        self.moving = bool(ev.get("moving"))
+        self.moved = bool(ev["moved"] if "moved" in ev else progress.get("moved"))
+        self.moved_what, self.in_flight = list(ev.get("moved_what") or []), list(ev.get("in_flight") or [])
+        self.blind, self.unasked = [str(b) for b in ev.get("blind") or []], [str(u) for u in ev.get("unasked") or []]
+        self.starting = bool(ev.get("starting"))
+        self.observed = ev["observed"] if isinstance(ev.get("observed"), str) else ""
+        self.window_s = float(ev.get("window_s") or 0.0)
+        self.confirmed_by_resample = bool(ev.get("confirmed_by_resample"))
+        self.nodes = [str(n) for n in ev.get("nodes") or []]
+        self.ring = str(ev["ring"]) if "ring" in ev else None
+        self.readers = [int(i) for i in ev.get("readers") or []]
 
     def _flags(self, evidence: dict[str, Any]) -> dict[str, Any]:
         """The typed flags the evidence does not carry yet (appended: the JSON's key order stays)."""
@@ -76,8 +120,8 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for flag in FLAGS:
-            del out[flag]
+        for name in FLAGS + SEEN:
+            del out[name]
         out["evidence"].update(self._flags(out["evidence"]))  # a flag set after it was made
         out["culprits"] = [c.to_dict() for c in self.culprits]
         return out

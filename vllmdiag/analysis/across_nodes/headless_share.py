@@ -76,7 +76,7 @@ def adopt(group: RankGroup, findings: dict[str, list[Finding]]) -> None:
                 kept.append(f)
             elif f.code in STARTING_CODES:
                 continue  # info only: a headless node never reports ready itself, its engine on head did
-            elif f.code == "gpu.progress" and f.evidence.get("starting"):
+            elif f.code == "gpu.progress" and f.starting:
                 kept.append(_serving_progress(f, group, head))
             else:
                 kept.append(f)
@@ -86,9 +86,9 @@ def adopt(group: RankGroup, findings: dict[str, list[Finding]]) -> None:
 def _serving_progress(f: Finding, group: RankGroup, head: Member) -> Finding:
     ev = dict(f.evidence)
     ev.update(starting=False, engine_node=head.node, group=group.key)
-    moved, in_flight = list(ev.get("moved_what") or []), list(ev.get("in_flight") or [])
-    if ev.get("moved") and moved:
-        what = f"Work in flight and moving over {float(ev.get('window_s') or 0):.1f} s: {'; '.join(moved)}"
+    moved, in_flight = f.moved_what, f.in_flight
+    if f.moved and moved:
+        what = f"Work in flight and moving over {f.window_s:.1f} s: {'; '.join(moved)}"
     elif in_flight:
         what = f"In a step, nothing of its own seen moving: {'; '.join(in_flight)}"
     else:

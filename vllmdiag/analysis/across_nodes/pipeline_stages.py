@@ -37,7 +37,7 @@ def check(group: RankGroup, facts: dict[str, Facts], findings: dict[str, list[Fi
     if head is None or head.node not in facts:
         return None
     stall = next((f for f in findings.get(head.node, []) if f.code == STALL and f.deployment == head.deployment.id), None)
-    if stall is None or stall.evidence.get("progress", {}).get("moved"):
+    if stall is None or stall.moved:
         return None
     engine = _classes(facts[head.node], head.deployment.engines)
     if not engine or any(c.name != ENGINE_WAITING_WORKERS for c in engine.values()):
@@ -62,7 +62,7 @@ def _classes(node: Facts, procs: list[dict[str, Any]]) -> dict[int, StackClass]:
 
 def _finding(group: RankGroup, head: Member, stall: Finding, busy: list[tuple[Member, dict[str, Any], StackClass]],
              facts: dict[str, Facts]) -> Finding:
-    window = float(stall.evidence.get("window_s") or 0.0)
+    window = stall.window_s
     confirmed = window >= HELD_S
     node = busy[0][0].node
     stages = ", ".join(f"{rank_name(p)} (pid {p['pid']}) {c.label} in {c.where}" for _, p, c in busy)

@@ -21,8 +21,8 @@ def nodes_to_confirm(report: Report) -> list[str]:
     """Nodes of the groups whose cross-node odd rank was seen in one sample only."""
     out: set[str] = set()
     for f in report.findings:
-        if f.code in CONFIRM_CODES and not f.evidence.get("confirmed_by_resample"):
-            out.update(str(n) for n in f.evidence.get("nodes", []))
+        if f.code in CONFIRM_CODES and not f.confirmed_by_resample:
+            out.update(f.nodes)
     return sorted(out)
 
 

@@ -45,7 +45,7 @@ def uniform_across_nodes(group: RankGroup, facts: dict[str, Facts],
         return None
     ranks = fold([f"{node}:TP{r}" for r, (node, _) in sorted(seen.items())])
     what = sc.label.replace(f"{COLLECTIVE}:", "") + (f" ({sc.backend})" if sc.backend else "")
-    window = min(float(f.evidence.get("window_s") or 0.0) for f in held)
+    window = min(f.window_s for f in held)
     msg = (f"Every rank of TP group {group.key} across {','.join(group.nodes)} ({ranks}) waits in the same {what} "
            f"at {sc.where}, and the engine's node saw nothing move for {window:.1f} s: a collective that every rank "
            "has entered and none leaves is a uniform hang (no rank is odd one out).")

@@ -162,7 +162,7 @@ def _observed(dep: Deployment, p: Progress, seen: Seen) -> str:
 
 
 def _with_progress(f: Finding, p: Progress) -> Finding:
-    f.evidence.update(window_s=p.window_s, progress=p.to_dict())
+    f.add_evidence(window_s=p.window_s, progress=p.to_dict())
     return f
 
 
