@@ -98,3 +98,22 @@ def test_the_check_sees_each_way_of_reading(tmp_path: Path) -> None:
     writer = tmp_path / "writer.py"
     writer.write_text("def g(f):\n    f.evidence['b'] = 1\n    return {'a': f.evidence['b']}\n")
     assert read_outside([src, writer]) == {k: ["reader.py"] for k in "abcde"}  # the writer reads its own 'b'
+
+
+def test_typed_fields_follow_the_evidence_and_the_json_stays_it() -> None:
+    import dataclasses
+
+    from vllmdiag.model.verdict import Finding
+
+    ev = {"needs_confirm": False, "observed": "ranks at all_reduce", "window_s": 12.5,
+          "progress": {"moved": True, "blind": ["x"]}, "nodes": ["a", "b"], "ring": None, "readers": [2, 0]}
+    f = Finding("gpu.stall_suspected", "gpu", "warning", "a", "m", evidence=dict(ev))
+    assert (f.observed, f.window_s, f.moved, f.nodes, f.ring, f.readers) == \
+        ("ranks at all_reduce", 12.5, True, ["a", "b"], "None", [2, 0])
+    assert f.blind == [] and not f.confirmed_by_resample  # blind: gpu.progress's own key, not its progress's
+    assert list(f.to_dict()["evidence"].items()) == list(ev.items())  # same keys, same order, nothing added
+    f.add_evidence(window_s=3.0, confirmed_by_resample=True)
+    assert (f.window_s, f.confirmed_by_resample, list(f.to_dict()["evidence"])[-1]) == (3.0, True, "confirmed_by_resample")
+    g = dataclasses.replace(f, evidence={"moved": False, "starting": True})
+    assert (g.moved, g.starting, g.window_s, g.nodes, g.ring) == (False, True, 0.0, [], None)
+    assert Finding.from_dict(f.to_dict()) == f  # a report read back types the same
