@@ -91,21 +91,9 @@ def _apply(on: bool, by_flag: bool) -> dict[str, Any]:
         if not launched:  # the user's own chrt: their choice, kept as it is
             return {"policy": _policy_name(), "why": "already real-time (started under chrt)"}
         return _launched()
-    runtime = _read_int(RT_RUNTIME)
-    why = ""
-    if runtime is None or runtime < 0:
-        why = ("kernel RT throttling is off (sched_rt_runtime_us=-1): SCHED_FIFO could starve the node"
-               if runtime is not None else "cannot read sched_rt_runtime_us: RT throttling unknown")
-    elif _one_core():
-        why = "a single usable core: SCHED_FIFO not taken there"
-    else:
-        try:
-            _limit_rt_time()
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
-            return {"policy": "SCHED_FIFO", "priority": FIFO_PRIORITY, "rt_runtime_us": runtime,
-                    "rttime_limit_s": RTTIME_S}
-        except (PermissionError, OSError, ValueError) as exc:
-            why = f"SCHED_FIFO refused ({type(exc).__name__}: {exc}; no CAP_SYS_NICE or no RT budget in this cgroup)"
+    taken, why = _take_fifo()
+    if taken is not None:
+        return taken
     try:
         before = os.nice(0)
         if before > NICE:
@@ -128,17 +116,25 @@ def thread_realtime() -> dict[str, Any]:
         return {"policy": "normal", "why": "no sched_setscheduler on this platform"}
     if os.sched_getscheduler(0) in (os.SCHED_FIFO, os.SCHED_RR):
         return {"policy": _policy_name(), "why": "already real-time"}
+    taken, why = _take_fifo()
+    return taken if taken is not None else {"policy": _policy_name(), "why": why}
+
+
+def _take_fifo() -> tuple[dict[str, Any] | None, str]:
+    """SCHED_FIFO for the calling thread where the rules allow it (RT throttling on, more than one usable
+    core, RLIMIT_RTTIME set first): (what was taken, "") or (None, why not)."""
     runtime = _read_int(RT_RUNTIME)
     if runtime is None or runtime < 0:
-        return {"policy": _policy_name(), "why": "kernel RT throttling is off or unknown: SCHED_FIFO not taken"}
+        return None, ("kernel RT throttling is off (sched_rt_runtime_us=-1): SCHED_FIFO could starve the node"
+                      if runtime is not None else "cannot read sched_rt_runtime_us: RT throttling unknown")
     if _one_core():
-        return {"policy": _policy_name(), "why": "a single usable core: SCHED_FIFO not taken there"}
+        return None, "a single usable core: SCHED_FIFO not taken there"
     try:
         _limit_rt_time()
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
     except (PermissionError, OSError, ValueError) as exc:
-        return {"policy": _policy_name(), "why": f"SCHED_FIFO refused ({type(exc).__name__}: {exc})"}
-    return {"policy": "SCHED_FIFO", "priority": FIFO_PRIORITY}
+        return None, f"SCHED_FIFO refused ({type(exc).__name__}: {exc}; no CAP_SYS_NICE or no RT budget in this cgroup)"
+    return {"policy": "SCHED_FIFO", "priority": FIFO_PRIORITY, "rt_runtime_us": runtime, "rttime_limit_s": RTTIME_S}, ""
 
 
 def _launched() -> dict[str, Any]:
