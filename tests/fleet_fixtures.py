@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ports import free_port
+
 HERE = Path(__file__).resolve().parent
 FAKE_VLLM = HERE / "data" / "bin" / "vllm"
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -60,11 +62,6 @@ class Fleet:
     def remote_cmd(self) -> str:
         return f"{sys.executable} -m vllmdiag"
 
-
-def free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

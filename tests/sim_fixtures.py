@@ -71,9 +71,9 @@ def two_node_group(tmp_path: Path, fault_b: str, rank_b: int | None) -> Iterator
     """A TP=4 group over two namespaced nodes (rank 0-1 on A, 2-3 on B), fault_b on node B."""
     from vllmdiag_sim.deployment import STATE_ENV, Deployment
 
-    from fleet_fixtures import free_port
+    from ports import free_port
 
-    port = free_port("127.0.0.1")
+    port = free_port("127.0.0.1", count=3)  # master_port, +1 (remote readers), +2 (kicks)
     deps: list[Any] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(STATE_ENV, str(tmp_path / "sim"))
@@ -94,9 +94,9 @@ def two_node_ray(tmp_path: Path, fault: str, rank: int | None) -> Iterator[list[
     node B only a raylet whose actors hold ranks 2-3. ``fault`` is injected through the engine."""
     from vllmdiag_sim.deployment import STATE_ENV, Deployment
 
-    from fleet_fixtures import free_port
+    from ports import free_port
 
-    port = free_port("127.0.0.1")
+    port = free_port("127.0.0.1", count=3)  # master_port, +1 (remote readers), +2 (kicks)
     deps: list[Any] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(STATE_ENV, str(tmp_path / "sim"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +14,8 @@ import pytest
 from vllmdiag.api import collect
 from vllmdiag.context import Context
 from vllmdiag.probes.http import get, netns_get
+
+from ports import free_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"),
                                 reason="needs root, unshare and ip (a network namespace)")
@@ -31,16 +32,11 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[2])), H).serve_forever()
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_api_server_in_another_netns_is_probed_from_inside(tmp_path: Path) -> None:
     script = tmp_path / "vllm"  # `python3 .../vllm serve PORT`: titled like an API server
     script.write_text(SERVER)
-    port = _free_port()
+    port = free_port()
     p = subprocess.Popen(["unshare", "--net", "sh", "-c", f'ip link set lo up && exec python3 {script} serve {port}'],
                          start_new_session=True)
     try:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 sim = pytest.importorskip("vllmdiag_sim.deployment")
@@ -48,11 +49,6 @@ def straggler(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     with sim.Deployment.up(tp=2, fault="straggler") as dep:
         return _triage(dep, tmp_path_factory.mktemp("straggler"), "straggler")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---- item 2: no culprit dropped in silence ----------------------------------------------------------------
@@ -100,7 +96,7 @@ def test_past_the_limit_the_rest_are_named_in_one_line() -> None:
 
 # ---- item 3: next steps read this deployment's server ------------------------------------------------------
 def test_metrics_steps_read_the_deployments_own_port(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     with sim.Deployment.up(tp=2, fault="engine-stuck", port=port) as dep:
         doc, saved = _triage(dep, tmp_path, "engine", "--confirm", "5")
     steps = doc["verdict"]["next_steps"]

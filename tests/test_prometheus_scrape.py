@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from test_watch_probes import listening
 
-from fleet_fixtures import free_port
+from ports import free_port
 from sim_fixtures import sim_state  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_fixtures import free_port
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")

