@@ -9,15 +9,16 @@ import types
 import pytest
 
 from vllmdiag.analysis import contract
+from vllmdiag.model import LAYERS
 
 BEFORE = [  # (layer, module) as ORDER = n, then name, ran them
     ("process", "paused"), ("process", "liveness"),
     ("handshake", "starting"), ("handshake", "startup"),
     ("queue", "ring_flow"), ("queue", "engine_loop"), ("queue", "grammar"), ("queue", "kv_connector"),
-    ("queue", "watch_activity"),
+    ("queue", "ring_rates"),
     ("gpu", "ranks"), ("gpu", "dp_world"), ("gpu", "parallel_groups"), ("gpu", "kernel_errors"), ("gpu", "lone_rank"),
     ("gpu", "foreign_pids"), ("gpu", "stall"),
-    ("client", "requests"), ("client", "watch_throughput"),
+    ("client", "requests"), ("client", "token_rates"),
 ]
 
 
@@ -41,3 +42,18 @@ def test_an_unnamed_module_runs_after_the_named_ones_by_name_and_a_stale_name_is
     assert contract.in_precedence([zed, second, alpha, first], ("first", "second")) == [first, second, alpha, zed]
     with pytest.raises(TypeError, match="gone"):
         contract.in_precedence([first], ("first", "gone"))
+
+
+def test_a_layer_folder_without_a_place_in_the_flow_is_a_bug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new layer is a folder under analysis/layers/ plus its place in model.LAYERS (bisect walks them in
+    order); a folder whose place was never given is said at once, not silently never run."""
+    assert sorted(contract.layer_folders()) == sorted(LAYERS)
+    monkeypatch.setattr(contract, "layer_folders", lambda: [*LAYERS, "network"])
+    contract.analyzers.cache_clear()
+    try:
+        with pytest.raises(TypeError, match=r"layers\.network: a layer folder needs its place in vllmdiag\.model\.LAYERS"):
+            contract.analyzers()
+    finally:
+        monkeypatch.undo()
+        contract.analyzers.cache_clear()
+    assert len(contract.analyzers()) >= 18

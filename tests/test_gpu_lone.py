@@ -33,7 +33,7 @@ def test_real_snapshot_without_second_sample_is_not_called_a_hang() -> None:
     rep = analyze([Snapshot.from_dict(json.loads(SNAP.read_text()))])
     assert (rep.verdict.status, rep.verdict.layer) == ("degraded", "gpu"), rep.verdict.summary
     (suspected,) = [f for f in rep.findings if f.code == "gpu.stall_suspected"]
-    assert suspected.evidence["needs_confirm"] and "watched only 0.5 s" in suspected.message
+    assert suspected.evidence["needs_confirm"] and "seen for only 0.5 s" in suspected.message
 
 
 def _held_over_a_window(seconds: float) -> Snapshot:
@@ -53,7 +53,7 @@ def test_lone_rank_held_over_one_resample_is_suspected_not_blocked() -> None:
     v = rep.verdict
     assert (v.status, v.layer) == ("degraded", "gpu"), v.summary
     (alone,) = [f for f in rep.findings if f.code == "gpu.rank_stuck_alone"]
-    assert alone.severity == "warning" and alone.evidence["needs_confirm"] is True and "watched only" in alone.message
+    assert alone.severity == "warning" and alone.evidence["needs_confirm"] is True and "seen for only" in alone.message
     assert (alone.culprits[0].title, alone.culprits[0].rank) == ("VLLM::Worker_TP0", 0)
 
 

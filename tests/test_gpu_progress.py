@@ -85,7 +85,7 @@ def test_a_short_window_is_only_suspected_and_a_moving_counter_is_healthy() -> N
     ranks = [sync_point()] * 2
     short = judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 1))
     assert (short.verdict.status, short.verdict.layer) == ("degraded", "gpu")
-    assert "watched only" in codes(short)["gpu.stall_suspected"].message
+    assert "seen for only" in codes(short)["gpu.stall_suspected"].message
     moving = judged(snapshot(ranks, ENGINE_WAITING, 0), snapshot(ranks, ENGINE_WAITING, 10, tokens=130))
     assert moving.verdict.status == "healthy" and "generation tokens 100 -> 130" in moving.verdict.summary
 
@@ -167,7 +167,7 @@ def test_moe_dispatch_is_a_collective() -> None:
 
 
 def test_a_confident_straggler_verdict_states_what_was_seen_not_the_short_window() -> None:
-    """Issue 26: under a blocked straggler verdict the stall warning's "watched only 1.5 s (... triage --confirm
+    """Issue 26: under a blocked straggler verdict the stall warning's "seen for only 1.5 s (... triage --confirm
     S)" read as a doubt about the block. The verdict quotes what the passes showed; the finding keeps its note,
     and a verdict that is only suspected still carries it."""
     executing = [(f, p, 10) for f, p in [*STEP, ("_prepare_inputs", "vllm/v1/worker/gpu_model_runner.py")]]
@@ -178,10 +178,10 @@ def test_a_confident_straggler_verdict_states_what_was_seen_not_the_short_window
     # Issue 35 item 4: beside a confident block no "suspected stall, watch longer" finding (a second answer);
     # what the passes showed stays, as progress.
     assert "gpu.rank_straggler" in codes(rep) and "gpu.stall_suspected" not in codes(rep), sorted(codes(rep))
-    assert "nothing moved" in codes(rep)["gpu.progress"].message and "watched only" not in codes(rep)["gpu.progress"].message
-    assert not [e for e in v.evidence if "watched only" in e or "suspected" in e or "--confirm" in e], v.evidence
+    assert "nothing moved" in codes(rep)["gpu.progress"].message and "seen for only" not in codes(rep)["gpu.progress"].message
+    assert not [e for e in v.evidence if "seen for only" in e or "suspected" in e or "--confirm" in e], v.evidence
     seen = [e for e in v.evidence if "nothing moved" in e]
     assert seen and "TP[0-2] collective:all_reduce" in seen[0] and "TP3 executing" in seen[0], v.evidence
     assert "2 request(s) running" in seen[0] and "in 1.5 s" in seen[0], seen
     short = judged(snapshot([sync_point()] * 2, ENGINE_WAITING, 0), snapshot([sync_point()] * 2, ENGINE_WAITING, 1))
-    assert short.verdict.status == "degraded" and any("watched only" in e for e in short.verdict.evidence)
+    assert short.verdict.status == "degraded" and any("seen for only" in e for e in short.verdict.evidence)

@@ -120,7 +120,7 @@ def test_watch_shows_live_progress_on_a_terminal_only() -> None:
         pytest.skip(f"no pseudo-terminal here ({exc})")
     env = {**os.environ, "COLUMNS": "80"}
     proc = subprocess.Popen([sys.executable, "-m", "vllmdiag", "triage", "--probe", "host", "--probe", "processes",
-                             "--watch", "1"], stdout=subprocess.PIPE, stderr=slave, env=env)
+                             "--rates", "1"], stdout=subprocess.PIPE, stderr=slave, env=env)
     os.close(slave)
     seen = b""
     while True:
@@ -137,6 +137,6 @@ def test_watch_shows_live_progress_on_a_terminal_only() -> None:
             break
     proc.communicate(timeout=60)
     os.close(master)
-    assert b"watching" in seen, seen[-500:]
-    piped = _vllmdiag("triage", "--probe", "host", "--probe", "processes", "--watch", "1")
-    assert "watching" not in piped.stderr, "no progress in pipes and logs"
+    assert b"following" in seen, seen[-500:]
+    piped = _vllmdiag("triage", "--probe", "host", "--probe", "processes", "--rates", "1")
+    assert "following" not in piped.stderr, "no progress in pipes and logs"

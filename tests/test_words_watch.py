@@ -7,6 +7,7 @@ keeps its old keys (``options.watch_s``, ``confirm.watched_s``): analyze reads s
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Iterator
@@ -22,7 +23,11 @@ from vllmdiag.runtime.options import CollectOptions, collect_options
 from vllmdiag.runtime.record import Collected, ConfirmWindow, note
 from vllmdiag.runtime.second_look import pass_options
 
-PLAYBOOKS = Path(__file__).resolve().parents[1] / "vllmdiag" / "playbooks"
+PRODUCT = Path(__file__).resolve().parents[1] / "vllmdiag"
+PLAYBOOKS = PRODUCT / "playbooks"
+# The watcher's own code says "watch" for itself; everything else (analysis, render, the other commands' words,
+# progress bars, next steps) is checked, docstrings and comments-as-strings included.
+WATCHER_CODE = ("watch/", "cli/watch_command.py")
 # The uses that mean the watcher: the command, its path and files, its variables, the watcher itself, a
 # watchdog (torch's, the runner's), and the deprecated --watch option named as such.
 ALLOWED = re.compile(r"`?vllmdiag watch\b`?|[/-]watch\b|\bwatch/|VLLMDIAG_WATCH_\w*|\bwatch(?:ers?|dog)\b|--watch\b",
@@ -108,3 +113,28 @@ def test_the_confirm_window_keeps_its_disk_key() -> None:
     assert snap.options["confirm"] == {"requested_s": 10.0, "watched_s": 3.25, "passes": 5, "stopped": "window"}
     again = Snapshot.from_dict(json.loads(json.dumps(snap.to_dict())))
     assert Collected.read(again).confirm == ConfirmWindow(10.0, 3.25, 5, "window")
+
+
+def product_strings() -> Iterator[tuple[str, str]]:
+    """Every string literal (f-strings' literal parts included) in the product outside the watcher's code."""
+    for path in sorted(PRODUCT.rglob("*.py")):
+        rel = path.relative_to(PRODUCT).as_posix()
+        if rel.startswith(WATCHER_CODE):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield f"{rel}:{node.lineno}", node.value
+
+
+# Code words, not prose: the deprecated option's parameter name (alone or in an option order), the disk keys,
+# the watcher's module path; and the one sentence that says what the word now means.
+CODE_WORDS = re.compile(r"^(watch|watch_s|watched_s|vllmdiag\.watch\b.*|[a-z_ ]* watch [a-z_ ]*)$")
+ABOUT_THE_WORD = '"watch" now means the resident watcher only'
+
+
+def test_product_strings_say_watch_for_the_watcher_only() -> None:
+    found = list(product_strings())
+    assert len(found) > 1000
+    bad = [f"{where}: {words}" for where, text in found
+           if not CODE_WORDS.match(text) and ABOUT_THE_WORD not in text and (words := misuses(text, watcher_option=True))]
+    assert not bad, "\n".join(bad)

@@ -47,7 +47,7 @@ def collect(*, probes: list[str] | None = None, options: Options = None,
             budget_s: float = DEFAULT_BUDGET_S, ctx: Context | None = None, hard: bool = True,
             meanwhile: Callable[[], None] | None = None, limits: dict[int, int] | None = None,
             on_result: Callable[[str, dict[str, Any]], None] | None = None) -> Snapshot:
-    """One snapshot of this node within ``budget_s`` (which includes any --watch window).
+    """One snapshot of this node within ``budget_s`` (which includes any --rates window).
 
     ``hard``: collect in a child process killed at the budget (vllmdiag/runtime/hardstop.py), so no probe
     can hold the caller past it; False runs in this process (the runner's watchdog only).
@@ -157,7 +157,7 @@ def _confirm_window(t: _Triage) -> Report | None:
     from vllmdiag.runtime import deadline
 
     assert t.snap is not None and t.report is not None
-    if not watch_if_stalled(t.snap, t.report, confirm_s=t.run.confirm_s, started=t.run.started, probes=t.probes,
+    if not confirm_if_stalled(t.snap, t.report, confirm_s=t.run.confirm_s, started=t.run.started, probes=t.probes,
                             options=t.options, ctx=t.quick_ctx, on_confirm=t.on_confirm, opening=t.run.window_opened):
         return None
     try:
@@ -217,7 +217,7 @@ def spent_in_startup(options: CollectOptions, budget_s: float, startup: float) -
     return snap
 
 
-def watch_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, started: float,
+def confirm_if_stalled(snap: Snapshot, report: Report, *, confirm_s: float, started: float,
                      probes: list[str] | None = None, options: Options = None, ctx: Context | None = None,
                      on_confirm: Callable[[float, float], None] | None = None,
                      opening: Callable[[], None] | None = None) -> bool:
@@ -248,7 +248,7 @@ def collect_confirmed(*, probes: list[str] | None = None, options: Options = Non
                       origin: float | None = None, on_window: Callable[[], None] | None = None,
                       run: Run | None = None) -> Snapshot:
     """``vllmdiag collect [--confirm S]``: the node's snapshot, with triage's confirm window when its
-    quick pass sees work in flight and nothing moving (a sweep's nodes watch in parallel, each on its
+    quick pass sees work in flight and nothing moving (a sweep's nodes confirm in parallel, each on its
     own). A healthy node pays one analysis of its own snapshot; a node without the rules (a --ship
     bundle lacking PyYAML) keeps the quick pass and says why. ``run``: as in triage (the door's, else made
     from ``budget_s``, ``confirm_s`` and ``origin``: the budget and the window count from ``origin``)."""
@@ -268,7 +268,7 @@ def collect_confirmed(*, probes: list[str] | None = None, options: Options = Non
     except (ImportError, OSError, ValueError) as exc:
         note(snap, confirm=f"skipped: {type(exc).__name__}: {exc}")
         return snap
-    watch_if_stalled(snap, report, confirm_s=run.confirm_s, started=run.started, probes=probes, options=options,
+    confirm_if_stalled(snap, report, confirm_s=run.confirm_s, started=run.started, probes=probes, options=options,
                      opening=on_window)
     return snap
 

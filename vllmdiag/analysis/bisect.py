@@ -152,10 +152,10 @@ def decide(snapshot: Snapshot, findings: list[Finding], pids: set[int] | None = 
 
 
 def _starting(f: Finding) -> Verdict:
-    """Not ready yet: never healthy nor idle (DESIGN.md). Seen moving, or not watched long enough to tell
-    (then said so, with the command that watches longer)."""
+    """Not ready yet: never healthy nor idle (DESIGN.md). Seen moving, or not seen long enough to tell
+    (then said so, with the command that looks longer)."""
     moving = f.moving
-    steps = [] if moving else ["vllmdiag triage --confirm 30   # watch the start-up longer: moving, or held (and by whom)"]
+    steps = [] if moving else ["vllmdiag triage --confirm 30   # look at the start-up longer: moving, or held (and by whom)"]
     return Verdict(status="starting", summary=f.message, evidence=[f.message], confidence="high" if moving else "low",
                    next_steps=steps)
 

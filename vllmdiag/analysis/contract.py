@@ -26,6 +26,8 @@ runs after the named ones, by name, so a new analyzer edits nothing here unless 
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Iterable
 from functools import lru_cache
 from types import ModuleType
@@ -44,9 +46,9 @@ PRECEDENCE: dict[str, tuple[str, ...]] = {
     "process": ("paused", "liveness"),
     "handshake": ("starting",  # a held start-up explains a front end that never listens: said first
                   "startup"),
-    "queue": ("ring_flow", "engine_loop", "grammar", "kv_connector", "watch_activity"),
+    "queue": ("ring_flow", "engine_loop", "grammar", "kv_connector", "ring_rates"),
     "gpu": ("ranks", "dp_world", "parallel_groups", "kernel_errors", "lone_rank", "foreign_pids", "stall"),
-    "client": ("requests", "watch_throughput"),
+    "client": ("requests", "token_rates"),
 }
 GROUP_CHECK_PRECEDENCE = ("rank_missing",  # a rank gone before the stack comparison, as the engine always ran them
                           "collective_odd")
@@ -82,6 +84,10 @@ class WindowHook(Protocol):
 def analyzers() -> tuple[ModuleType, ...]:
     """Every analyzer module, in bisection order (layer, then ``PRECEDENCE``, then name). A module in a
     layer's folder that breaks the contract is a bug, said at once rather than skipped."""
+    unplaced = sorted(set(layer_folders()) - set(LAYERS))
+    if unplaced:  # a layer's place in the flow is a design decision: bisect walks LAYERS in order
+        raise TypeError(f"{LAYERS_PACKAGE}.{unplaced[0]}: a layer folder needs its place in vllmdiag.model.LAYERS "
+                        "(the order bisect walks the flow in)")
     out: list[ModuleType] = []
     for layer in LAYERS:
         found = discover_modules(f"{LAYERS_PACKAGE}.{layer}")
@@ -91,6 +97,12 @@ def analyzers() -> tuple[ModuleType, ...]:
                 raise TypeError(f"{module.__name__}: an analyzer needs LAYER = {layer!r}, CODES and analyze()")
         out += in_precedence(found, PRECEDENCE.get(layer, ()))
     return tuple(out)
+
+
+def layer_folders() -> list[str]:
+    """The layer packages under ``analysis/layers/``, found on disk (not from LAYERS)."""
+    package = importlib.import_module(LAYERS_PACKAGE)
+    return [m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg]
 
 
 @lru_cache(maxsize=1)

@@ -34,7 +34,7 @@ def write_verdict(status: str, layer: str | None, deciding: list[Finding], all_f
 
 def _as_seen(f: Finding, status: str) -> str:
     """Under a blocked verdict a suspicion (gpu.stall_suspected) says what it saw (``observed``),
-    not its doubt: "watched only 0.4 s" under a confident straggler read as if the block were in question."""
+    not its doubt: "seen for only 0.4 s" under a confident straggler read as if the block were in question."""
     return f.observed if status == "blocked" and f.observed else f.message
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 
 class WatchBar:
-    """`watching ━━━━━━━━━━━━━━ 3.2/10 s` while the collection watches; stop() before another live display."""
+    """`following ━━━━━━━━━━━━━━ 3.2/10 s` while the collection samples rates; stop() before another live display."""
 
     def __init__(self, watch_s: float, enabled: bool | None = None) -> None:
         self.watch_s = watch_s
@@ -25,7 +25,7 @@ class WatchBar:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn
 
-            self.bar = Progress(TextColumn("collecting; watching the deployment move"), BarColumn(),
+            self.bar = Progress(TextColumn("collecting; following the deployment's rates"), BarColumn(),
                                 TextColumn("{task.completed:.1f}/{task.total:g} s"),
                                 console=Console(stderr=True), transient=True)
             self.bar.start()

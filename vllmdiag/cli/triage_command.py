@@ -95,7 +95,7 @@ def _short(proc: Any) -> str:
 
 
 class _confirm_bar:  # noqa: N801 (used as a context manager, reads like a function)
-    """A progress bar on stderr while the confirm window watches, on a terminal only (never in --json
+    """A progress bar on stderr while the confirm window looks again, on a terminal only (never in --json
     pipes, logs or CI output); created on the first tick, so the healthy path never imports rich."""
 
     def __init__(self) -> None:
@@ -110,7 +110,7 @@ class _confirm_bar:  # noqa: N801 (used as a context manager, reads like a funct
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn
 
-            self.bar = Progress(TextColumn("work in flight, nothing moved yet: watching"), BarColumn(),
+            self.bar = Progress(TextColumn("work in flight, nothing moved yet: confirming"), BarColumn(),
                                 TextColumn("{task.completed:.1f}/{task.total:.0f} s"),
                                 console=Console(stderr=True), transient=True)
             self.bar.start()

@@ -70,7 +70,7 @@ class Finding:
     unasked: list[str] = field(default_factory=list, init=False)
     starting: bool = field(default=False, init=False)
     observed: str = field(default="", init=False)  # what a suspicion saw, without its doubt (gpu.stall_suspected)
-    window_s: float = field(default=0.0, init=False)  # how long progress was watched
+    window_s: float = field(default=0.0, init=False)  # how long progress was followed
     confirmed_by_resample: bool = field(default=False, init=False)  # the odd rank held in a second sample
     nodes: list[str] = field(default_factory=list, init=False)  # the nodes an across-node finding judged
     ring: str | None = field(default=None, init=False)  # the ring a queue finding is about (None: no ring)

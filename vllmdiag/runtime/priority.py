@@ -19,7 +19,7 @@ Why that cannot hurt the target:
   takes no CPU, and a py-spy that runs at once holds its ptrace stop of a target for less time.
 Where the kernel refuses (no CAP_SYS_NICE, a cgroup without an RT budget: EPERM) it falls back to a
 lower nice value, else leaves the priority as it is, and the snapshot says which (``options.priority``).
-``--no-boost`` (triage, collect) or ``VLLMDIAG_BOOST=0`` (every command, watch's triages included) turn it off.
+``--no-boost`` (triage, collect) or ``VLLMDIAG_BOOST=0`` (every command, the watcher's triages included) turn it off.
 The installed command (scripts/vllmdiag, sh) takes SCHED_FIFO before the interpreter starts, by the same
 rules, and says so in ``VLLMDIAG_RT_FROM``; here the rest of the rules then apply (``_launched``).
 """
@@ -106,7 +106,7 @@ def _apply(on: bool, by_flag: bool) -> dict[str, Any]:
 def thread_realtime() -> dict[str, Any]:
     """SCHED_FIFO for the calling thread alone, by the rules above (RT throttling on, more than one core,
     ``RLIMIT_RTTIME``, ``VLLMDIAG_BOOST=0`` honoured). For a resident thread that blocks between answers
-    and spends microseconds on each: watch's /livez, /readyz and /metrics server. On the real server under
+    and spends microseconds on each: the watcher's /livez, /readyz and /metrics server. On the real server under
     load (2 cores, vLLM's OMP threads spinning) the watcher at normal priority left a kubelet's probe
     without an answer for 3 s running (its timeoutSeconds is 1 s by default): three misses restart the pod.
     The watcher's passes and triages stay at their own priority: only the answers jump the queue."""

@@ -29,8 +29,8 @@ class Transport:
     ssh_path: str = "ssh"
     probes: tuple[str, ...] = ()  # passed on as `collect --probe NAME`
     enable: tuple[str, ...] = ()  # opt-in probes, passed on as `collect --enable NAME`
-    # `collect --confirm S`: a node whose quick pass sees work in flight and nothing moving watches up to
-    # S seconds itself (triage's confirm window), so suspicious nodes watch in parallel; 0 = off.
+    # `collect --confirm S`: a node whose quick pass sees work in flight and nothing moving looks again for up to
+    # S seconds itself (triage's confirm window), so suspicious nodes confirm in parallel; 0 = off.
     confirm_s: float = 0.0
     user: str | None = None  # sweep -l: the ssh login user (wins over the inventory's)
     ssh_options: tuple[str, ...] = ()  # sweep -o: checked -oKey=Value strings (inventory.cli_ssh_option)

@@ -5,9 +5,9 @@ forward on node1, node0 shows only an EngineCore waiting for the last stage's re
 ``MessageQueue.recv`` under ``get_response``) and its own stage idle, its work handed on; its counters
 stop and its progress rule says "suspected stall, no stack picture explains it" with nobody to blame.
 The picture that explains it is on the other node: the one stage still inside its step while every other
-stage is idle. Joined here: the engine's node watched nothing move (its own ``gpu.stall_suspected``) and
+stage is idle. Joined here: the engine's node saw nothing move (its own ``gpu.stall_suspected``) and
 exactly the stages of one node are in a step -> ``fleet.stage_held`` on that node, critical once the
-engine's node watched it for ``HELD_S`` (the sweep's confirm window), a warning before.
+engine's node saw it for ``HELD_S`` (the sweep's confirm window), a warning before.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _finding(group: RankGroup, head: Member, stall: Finding, busy: list[tuple[Me
     stages = ", ".join(f"{rank_name(p)} (pid {p['pid']}) {c.label} in {c.where}" for _, p, c in busy)
     msg = (f"Pipeline {group.key} across {','.join(group.nodes)}: {head.node}'s EngineCore waits for the last "
            f"stage's output and nothing moved there in {window:.1f} s; on {node} {stages}, every other stage "
-           "idle: that stage holds the step." + ("" if confirmed else f" (watched {window:.1f} s; sweep --confirm 5)"))
+           "idle: that stage holds the step." + ("" if confirmed else f" (seen for {window:.1f} s; sweep --confirm 5)"))
     reason = f"in a step while the other stages are idle and {head.node}'s engine waits ({window:.1f} s)"
     member = busy[0][0]
     return Finding(code=CODE, layer="gpu", severity="critical" if confirmed else "warning", node=node, message=msg,

@@ -3,7 +3,7 @@
 From the engine's node alone, ranks that all wait in one collective prove no uniform hang: the odd one
 out may run on another node (``shapes.ranks_on_other_nodes``), so that node says "suspected stall" (a
 worker node alone cannot even tell work is in flight). Once the sweep has the whole group, no rank is odd
-across the nodes, every rank of it is at the same point, and the engine's node watched its ranks not move
+across the nodes, every rank of it is at the same point, and the engine's node saw its ranks not move
 (``gpu.stall_suspected`` held over its window): the collective all ranks entered never completes, a uniform
 hang (real-hang-patterns row 3: a wedged NCCL kernel, custom all-reduce, P2P/ACS).
 """
@@ -28,7 +28,7 @@ def uniform_across_nodes(group: RankGroup, facts: dict[str, Facts],
     held = [f for f in findings.get(head.node, []) if f.code == SUSPECTED and f.deployment == head.deployment.id
             and f.needs_confirm is False]
     if not held:
-        return None  # the engine's node saw its work move, or did not watch long enough
+        return None  # the engine's node saw its work move, or did not look long enough
     seen: dict[int, tuple[str, StackClass]] = {}
     for m in group.members:
         classes = facts[m.node].classes

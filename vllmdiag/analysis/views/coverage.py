@@ -53,7 +53,7 @@ def gaps(snapshot: Snapshot, pids: set[int]) -> list[str]:
     return out
 
 
-# What a watch pass reads to tell moving from stalled from idle (issue 25 item 3).
+# What a watcher's pass reads to tell moving from stalled from idle (issue 25 item 3).
 WATCH_PROBES = ("processes", "shm", "rings", "sockets", "http")
 
 

@@ -241,7 +241,7 @@ def _window(passes: list[Snapshot]) -> float:
 
 
 def watched_s(passes: list[Snapshot]) -> float:
-    """How long the passes watched, as ``Progress.window_s`` counts it (the report's timeline spans this)."""
+    """How long the passes looked, as ``Progress.window_s`` counts it (the report's timeline spans this)."""
     return _window(passes) if passes else 0.0
 
 

@@ -65,7 +65,7 @@ def analyze(facts: Facts) -> list[Finding]:
         confirmed = window >= HELD_S
         blame = culprit(snapshot, rank, f"{first.label} in {first.place} while its peers idle and the "
                                         "EngineCore waits for its reply")
-        doubt = "" if confirmed else (f"; watched only {window:.1f} s (a hold is called a block after {HELD_S:.0f} s: "
+        doubt = "" if confirmed else (f"; seen for only {window:.1f} s (a hold is called a block after {HELD_S:.0f} s: "
                                       "a slow step on a loaded node lasts longer than one resample; triage --confirm S)")
         out.append(finding("gpu.rank_stuck_alone", LAYER, "critical" if still and confirmed else "warning", snapshot, dep,
                            f"{blame.title} stays in {first.label} at {first.place} while the other workers idle and "

@@ -101,12 +101,12 @@ def _stalled(facts: Facts, dep: Deployment, p: Progress, seen: Seen, gpus: dict[
     if held and shapes:
         return [_with_progress(f, p) for f in shapes]
     odd = "" if partial else _confident_odd_one_out(facts, dep)
-    if odd:  # a confident block names the group: a "suspected, watch longer" beside it would be a second answer
+    if odd:  # a confident block names the group: a "suspected, look longer" beside it would be a second answer
         return [_with_progress(finding("gpu.progress", LAYER, "warning", snap, dep, _observed(dep, p, seen), [],
                                        {"needs_confirm": False, "observed": _observed(dep, p, seen),
                                         "blocked_by": odd}, []), p)]
     why = (f"a long phase is under way ({', '.join(long)}): a cold compile or warm-up can take minutes" if long else
-           f"watched only {p.window_s:.1f} s (a stall is called a block after {HELD_S:.0f} s; triage --confirm S)"
+           f"seen for only {p.window_s:.1f} s (a stall is called a block after {HELD_S:.0f} s; triage --confirm S)"
            if p.window_s < HELD_S else "some ranks run on other nodes of the Ray cluster: the odd one out may be "
            "there (sweep them together)" if partial else
            f"the EngineCore is in {', '.join(grammar)} (structured output; queue.grammar_stuck judges it)" if grammar
@@ -125,7 +125,7 @@ def _stalled(facts: Facts, dep: Deployment, p: Progress, seen: Seen, gpus: dict[
 def _confident_odd_one_out(facts: Facts, dep: Deployment) -> str:
     """The group whose odd rank out (and a waiting peer) held over the stack resample: gpu.rank_straggler
     (layers/gpu/ranks.py, the same comparison and the same rule) calls that a block with high confidence,
-    so this layer states what it saw, not a suspicion whose playbook says "watch longer" (issue 35 item 4).
+    so this layer states what it saw, not a suspicion whose playbook says "look longer" (issue 35 item 4).
     "" when no group's picture held."""
     classes, again = facts.classes, facts.again
     for members in tp_groups(dep.processes).values():
@@ -142,7 +142,7 @@ def _confident_odd_one_out(facts: Facts, dep: Deployment) -> str:
 def _observed(dep: Deployment, p: Progress, seen: Seen) -> str:
     """What the passes showed, as facts with no call on them: a verdict already confident on other grounds
     (a straggler held over a stack resample) quotes this (analysis/verdict.py), not the message, whose
-    window note ("watched only 0.4 s") is this finding's own doubt and belongs where the verdict is suspected."""
+    window note ("seen for only 0.4 s") is this finding's own doubt and belongs where the verdict is suspected."""
     groups: dict[str, list[str]] = {}
     others: list[str] = []
     for proc in sorted(dep.processes, key=lambda q: (q.get("rank") is None, q.get("rank") or 0, q["pid"])):
@@ -156,8 +156,8 @@ def _observed(dep: Deployment, p: Progress, seen: Seen) -> str:
     load = [x for x in p.in_flight if not x.startswith("in a step")]
     counts = ((sum(s.startswith("ring ") for s in p.still), "ring"), (sum(" stayed at " in s for s in p.still), "counter"),
               (sum(" held " in s for s in p.still), "resampled stack"))
-    watched = [f"{n} {what}{'s' if n > 1 else ''}" for n, what in counts if n]
-    still = "nothing moved" + (f" ({', '.join(watched)} watched)" if watched else "")
+    looked = [f"{n} {what}{'s' if n > 1 else ''}" for n, what in counts if n]
+    still = "nothing moved" + (f" (of {', '.join(looked)})" if looked else "")
     return "; ".join([*stacks[:8], *load, f"{still} in {p.window_s:.1f} s"]) + "."
 
 

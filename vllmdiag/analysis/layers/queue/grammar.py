@@ -108,7 +108,7 @@ def request_state(passes: list[Snapshot], dep: Deployment) -> tuple[tuple[float,
 
 
 def stalled_engines(snapshot: Snapshot, deployment_ids: set[str] | None = None) -> bool:
-    """The confirm window's "keep watching" test: a grammar thread held, requests wait, no counter moved.
+    """The confirm window's "look again" test: a grammar thread held, requests wait, no counter moved.
     Empty steps move the rings meanwhile, so the progress rules alone would close the window at once."""
     return _held(Facts.of(snapshot), deployment_ids)
 

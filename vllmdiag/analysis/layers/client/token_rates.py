@@ -1,4 +1,4 @@
-"""--watch: tokens/s and requests over the observation window from /metrics samples (pure)."""
+"""--rates: tokens/s and requests over the observation window from /metrics samples (pure)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from vllmdiag.analysis.findings import finding
 from vllmdiag.model import Finding
 
 LAYER = "client"
-CODES = ("client.watch_throughput",)
+CODES = ("client.token_rates",)
 
 
 def analyze(facts: Facts) -> list[Finding]:
@@ -31,7 +31,7 @@ def analyze(facts: Facts) -> list[Finding]:
                f"{last.get('running')} running, {last.get('waiting')} waiting")
         if tokens == 0:
             msg = f"{server.get('address')}: no token generated in {window:.1f} s (stayed still)"
-        out.append(finding("client.watch_throughput", LAYER, "info", snapshot, dep, msg, list(server.get("pids", [])),
+        out.append(finding("client.token_rates", LAYER, "info", snapshot, dep, msg, list(server.get("pids", [])),
                            {"tokens_per_s": round(rate, 2), "window_s": round(window, 2),
                             "running": last.get("running"), "waiting": last.get("waiting")}, []))
     return out

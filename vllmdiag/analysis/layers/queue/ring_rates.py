@@ -1,7 +1,7 @@
-"""--watch: how fast each ring moved over the observation window, and what stayed still (pure).
+"""--rates: how fast each ring moved over the observation window, and what stayed still (pure).
 
 Ring flags hold no counter (vllm-internals 1.2), so the rate is a lower bound: slots whose flag
-bytes changed between consecutive samples, per second. Reported only when the user asked to watch.
+bytes changed between consecutive samples, per second. Reported only when the user asked for rates.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from vllmdiag.analysis.findings import finding
 from vllmdiag.model import Finding
 
 LAYER = "queue"
-CODES = ("queue.watch_activity",)
+CODES = ("queue.ring_rates",)
 
 
 def analyze(facts: Facts) -> list[Finding]:
@@ -31,7 +31,7 @@ def analyze(facts: Facts) -> list[Finding]:
         still = changed == 0
         msg = (f"ring {ring.get('name')}: no slot changed in {window:.1f} s (stayed still)" if still else
                f"ring {ring.get('name')}: >= {rate:.1f} slot updates/s over {window:.1f} s")
-        out.append(finding("queue.watch_activity", LAYER, "info", snapshot, dep, msg, list(ring.get("mapped_by", [])),
+        out.append(finding("queue.ring_rates", LAYER, "info", snapshot, dep, msg, list(ring.get("mapped_by", [])),
                            {"ring": ring.get("name"), "slot_updates": changed, "window_s": window,
                             "slot_updates_per_s": round(rate, 2), "still": still}, []))
     return out

@@ -1,4 +1,4 @@
-"""--watch observes longer and reports rates: moving under load, still when hung."""
+"""--rates observes longer and reports rates: moving under load, still when hung."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from vllmdiag.analysis.layers.queue.watch_activity import slot_changes
+from vllmdiag.analysis.layers.queue.ring_rates import slot_changes
 from vllmdiag.api import TriageResult, triage
 from vllmdiag.model import Finding
 
@@ -28,13 +28,13 @@ def test_watch_reports_rates_under_load_and_stillness_when_hung() -> None:
         res = triage(pids=[dep.root_pid], options={"watch_s": 1.5}, budget_s=10)
         assert time.monotonic() - start >= 1.5  # it really watched
         assert res.report.verdict.status == "healthy"
-        tput = _codes(res, "client.watch_throughput")
+        tput = _codes(res, "client.token_rates")
         assert tput and tput[0].evidence["tokens_per_s"] > 0
-        assert any(not f.evidence["still"] for f in _codes(res, "queue.watch_activity"))
+        assert any(not f.evidence["still"] for f in _codes(res, "queue.ring_rates"))
     with sim.Deployment.up(tp=2, fault="straggler", rank=1) as dep:
         res = triage(pids=[dep.root_pid], options={"watch_s": 1.0}, budget_s=10)
         assert res.report.verdict.layer == "gpu"
-        activity = _codes(res, "queue.watch_activity")
+        activity = _codes(res, "queue.ring_rates")
         assert activity and all(f.evidence["still"] for f in activity)
 
 
