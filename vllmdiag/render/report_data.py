@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmdiag.model.report import CollectionRow, NodeSection, RingRow, short_label
+from vllmdiag.model.verdict import LAYERS
 
-LAYERS = ("process", "handshake", "queue", "gpu", "client")
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 STATUS_ORDER = {"blocked": 0, "degraded": 1, "inconclusive": 2, "starting": 3, "no-deployment": 4, "healthy": 5}
 
