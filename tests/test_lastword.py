@@ -178,3 +178,14 @@ def test_the_installed_gate_held_off_the_cpu_fails_in_time(tmp_path: Path) -> No
     assert rc == 1, stderr
     gate = json.loads(stdout)["gate"]
     assert gate["status"] == "fail" and gate["failed_required"] == ["budget"], gate
+
+
+def test_the_installed_gate_as_a_nagios_plugin_held_off_the_cpu_is_unknown(tmp_path: Path) -> None:
+    """`gate --nagios` starved past its budget: the plugin's one line and UNKNOWN (3), the state a plugin
+    runner reads as "the check could not look", not WARNING (1), which would mean the node was judged."""
+    cfg = tmp_path / "gate.yaml"
+    cfg.write_text("collect_budget_s: 0.5\n")
+    rc, stdout, stderr = _held_off_the_cpu(["gate", "--nagios", "--config", str(cfg)], {**ENV, "VLLMDIAG_BOOST": "0"})
+    assert rc == 3, stdout + stderr
+    assert stdout.count("\n") == 1 and stdout.startswith("VLLMDIAG GATE UNKNOWN - The 0.5 s budget ran out"), stdout
+    assert stdout.rstrip().endswith("| pass=0 warn=0 fail=0 skip=0"), stdout

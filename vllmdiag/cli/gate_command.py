@@ -61,7 +61,7 @@ def _gate(config: Path | None, tp: int | None, url: str | None, junit: Path | No
 
     url = validate_url(url)
     if not realtime():  # starved at normal priority: the timer that says "fail" by budget + 1 s (lastword.py)
-        lastword.arm_gate(gate_budget(cfg, url), json_out)
+        lastword.arm_gate(gate_budget(cfg, url), json_out, nagios=quiet)
     node = run_gate(cfg, url, origin=process_start())
     lastword.spoken()  # the results are made: from here on the timer stands down
     if quiet:

@@ -46,9 +46,11 @@ STARVED_SHARE = 0.25  # below this share of a core since the start, the verdict 
 EXIT_INCONCLUSIVE = 4  # errors.EXIT_INCONCLUSIVE (not imported: see above)
 
 _state: dict[str, Any] = {"armed": False, "spoken": False, "json": False, "budget": 0.0, "origin": 0.0,
-                          "early": EARLY_S, "collector": None, "command": "triage", "snapshot": False}
+                          "early": EARLY_S, "collector": None, "command": "triage", "snapshot": False,
+                          "nagios": False}
 COMMANDS = ("triage", "collect", "gate")
 EXIT_GATE_FAIL = 1  # gate/result.EXIT_FAIL: a gate that could not finish its checks did not pass
+EXIT_NAGIOS_UNKNOWN = 3  # render/nagios_view.UNKNOWN: to a plugin runner, a check that could not look
 
 
 def process_start() -> float:
@@ -88,20 +90,22 @@ def arm(argv: list[str]) -> None:
     early = _early(origin)
     to_file = any(a == "--out" or a.startswith("--out=") for a in argv)
     _state.update(armed=True, json="--json" in argv, budget=budget + rates, origin=origin, early=early,
-                  command=argv[0], snapshot=argv[0] == "collect" and ("--json" in argv or not to_file))
+                  command=argv[0], snapshot=argv[0] == "collect" and ("--json" in argv or not to_file),
+                  nagios=argv[0] == "gate" and "--nagios" in argv)
     _signal.signal(_signal.SIGALRM, _fire)
     _set(origin + budget + rates + LAST_WORD_S - early)
 
 
-def arm_gate(budget: float, json_out: bool) -> None:
+def arm_gate(budget: float, json_out: bool, nagios: bool = False) -> None:
     """``vllmdiag gate`` once its config is read: the timer at the process start + the gate's budget
-    (the config's, grown by the URL checks) + LAST_WORD_S. Its last word is a failed gate (exit 1)."""
+    (the config's, grown by the URL checks) + LAST_WORD_S. Its last word is a failed gate (exit 1), or
+    with ``--nagios`` the plugin's UNKNOWN (exit 3): the checks could not look, the node was not judged."""
     if _signal is None or _state["spoken"] or not 0.2 <= budget <= 3600:
         return
     if not _state["armed"]:
         origin = process_start()
         _state.update(origin=origin, early=_early(origin))
-    _state.update(armed=True, json=json_out, budget=budget, command="gate", snapshot=False)
+    _state.update(armed=True, json=json_out, budget=budget, command="gate", snapshot=False, nagios=nagios)
     _signal.signal(_signal.SIGALRM, _fire)
     _set(_state["origin"] + budget + LAST_WORD_S - _state["early"])
 
@@ -165,6 +169,9 @@ def _fire(signum: int, frame: Any) -> None:
     if _state["command"] == "collect":  # its snapshot was to go to a file: none is written
         _say(f"vllmdiag collect: no snapshot: {why}. {fix}\n", 2)
         _end(EXIT_INCONCLUSIVE)
+    if _state["command"] == "gate" and _state["nagios"]:  # one plugin line (render/nagios_view.py's shape)
+        _say(f"VLLMDIAG GATE UNKNOWN - {why}. {fix} | pass=0 warn=0 fail=0 skip=0\n")
+        _end(EXIT_NAGIOS_UNKNOWN)
     if _state["command"] == "gate":
         _say(_gate_line(why, fix, took) if _state["json"] else f"vllmdiag gate: FAIL: {why}. {fix}\n")
         _end(EXIT_GATE_FAIL)
