@@ -9,8 +9,6 @@ import pytest
 
 from ports import _ephemeral_low, free_port
 
-pytestmark = pytest.mark.unit
-
 
 def test_a_block_is_below_the_ephemeral_range_and_every_port_binds() -> None:
     base = free_port("127.0.0.1", count=3)
