@@ -15,7 +15,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# tests/ holds the shared helpers and data; tests/unit/ the pure tests, tests/live/ the ones that start something.
+# All three on sys.path: a live module imports the helpers its pure half defines (``from test_x import ...``)
+# whichever file pytest collects first.
+for _folder in ("live", "unit", ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent / _folder) if _folder else str(Path(__file__).resolve().parent))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -85,7 +89,23 @@ def _live_func(func: Any) -> bool:
             helper = getattr(module, name, None)
             if (inspect.isfunction(helper) or inspect.isclass(helper)) and _ours(helper):
                 todo.append(helper)  # a helper of the tests (this module's, or tests/real_vllm's server)
+            elif _helper_module_live(name, helper):
+                return True  # `import liveness_scenario` (in the test or at the top) then liveness_scenario.run()
     return False
+
+
+def _helper_module_live(name: str, obj: Any) -> bool:
+    """A module of the test helpers (tests/*.py, not a test module) that the test names starts something."""
+    import inspect
+
+    path = Path(inspect.getfile(obj)) if inspect.ismodule(obj) and _ours(obj) else TESTS / f"{name}.py"
+    if path.name.startswith(("test_", "conftest")) or path.parent not in (TESTS, TESTS / "real_vllm") \
+            or not path.is_file():
+        return False  # a test module, or a file of tests/data/ loaded for its tables (stacks/fake_rank.py)
+    try:
+        return bool(LIVE_WORDS.search(path.read_text(encoding="utf-8")))
+    except OSError:
+        return True
 
 
 def _ours(obj: Any) -> bool:
@@ -114,8 +134,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The session's own autouse fixtures (the optional CPU hog, the leftover sweep) wrap every test alike:
     # they say nothing about what a test starts.
     SESSION_INFRA.update(f.__wrapped__ if hasattr(f, "__wrapped__") else f for f in (_session_cpu_hog, _session_cleanup))
+    misplaced = []
     for item in items:
-        item.add_marker(pytest.mark.live if is_live(item) else pytest.mark.unit)
+        kind = "live" if is_live(item) else "unit"
+        item.add_marker(getattr(pytest.mark, kind))
+        folder = Path(str(item.path)).parent.name
+        if folder in ("unit", "live") and folder != kind:
+            misplaced.append(f"{item.nodeid} (it is {kind}: move it to tests/{kind}/)")
+    # The folders are the markers, checked: a test in the wrong one stops the run before anything runs.
+    if misplaced:
+        raise pytest.UsageError("tests in the wrong folder (tests/conftest.py decides from what each one runs):\n  "
+                                + "\n  ".join(misplaced))
 
 
 # ---- CPU hog (issue 15, item 15): the suite must hold with a busy core beside it ------------------

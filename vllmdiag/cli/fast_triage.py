@@ -2,7 +2,7 @@
 
 Importing typer (with its vendored click) costs ~27 ms of a ~0.5 s triage, and every on-call run
 is a triage. This reads only plain shapes of the options in ``options.TRIAGE`` (the one table typer's
-command is built from too: tests/test_cli_fast.py checks that both readings give the same call).
+command is built from too: tests/unit/test_cli_fast.py checks that both readings give the same call).
 Anything else -- --help, an unknown or misspelt option, a value typer would reject or read differently
 (missing, empty, starting with '-') -- returns None and typer reads the line as always, with its messages.
 """

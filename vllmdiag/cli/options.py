@@ -6,8 +6,8 @@ written); a ``Group`` is options that go together (output, collection, nodes, ss
 is the groups it installs plus its own options (``command``), in the order its --help lists them. typer's
 commands (``shared.typer_command``), the collector's argparse door (a shipped node has no typer:
 ``add_to_parser``) and the fast triage path (``fast_flags``/``fast_values``) are all built from these
-tuples, help text included (tests/test_cli_fast.py holds the three readings to one;
-tests/test_option_groups.py the table and its checks).
+tuples, help text included (tests/unit/test_cli_fast.py holds the three readings to one;
+tests/unit/test_option_groups.py the table and its checks).
 
 Importing this module imports neither typer nor argparse: each reader is built when it is used. It ships
 to the nodes with the collector (sweep/ship.py): it imports nothing of vllmdiag but errors, and that late.

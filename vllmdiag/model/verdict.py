@@ -14,7 +14,7 @@ SEVERITIES = ("info", "warning", "critical")
 CONFIDENCES = ("high", "medium", "low")
 FLAGS = ("out_of_view", "needs_confirm")  # Finding fields the JSON carries in its evidence
 # Evidence keys another module than their writer reads, as typed Finding fields (issue 36 item 1;
-# tests/test_evidence_keys.py): read from ``evidence`` (which stays what the JSON shows), never written back.
+# tests/unit/test_evidence_keys.py): read from ``evidence`` (which stays what the JSON shows), never written back.
 SEEN = ("moving", "moved", "moved_what", "in_flight", "blind", "unasked", "starting", "observed", "window_s",
         "confirmed_by_resample", "nodes", "ring", "readers")
 

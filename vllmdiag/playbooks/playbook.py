@@ -23,7 +23,7 @@ from vllmdiag.errors import BadInput
 from vllmdiag.model import Finding
 
 # libyaml's safe loader when PyYAML was built with it: the same documents, ~8x faster (the stack rules
-# took ~19 ms of every triage with the pure-Python one); tests/test_contracts.py checks they agree.
+# took ~19 ms of every triage with the pure-Python one); tests/unit/test_contracts.py checks they agree.
 SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _SAFE_WORD = re.compile(r"[\w./:@\[\],-]{1,200}")

@@ -216,7 +216,7 @@ def _api_command(d: dict[str, Any], deployment: str | None, node: str) -> str | 
 
 def is_command(step: str) -> bool:
     """A next step to paste into a shell (`py-spy dump --pid 1`, `# ...`, `on gpu01: ...`), not a sentence
-    (`Re-run as root ...`): playbook commands start lower-case by rule (tests/test_operator_path_copy.py);
+    (`Re-run as root ...`): playbook commands start lower-case by rule (tests/live/test_operator_path_triage_live.py);
     the analysis' fixes are sentences."""
     return bool(re.match(r"[a-z0-9/.~#{]", step.lstrip()))
 

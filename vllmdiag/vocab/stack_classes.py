@@ -1,7 +1,7 @@
 """Every stack class a process can get (the names `playbooks/stack_rules.yaml` produces, plus UNKNOWN).
 
 A leaf anyone may import (analysis, render, the watcher): a class is compared by one of these names, never
-by a bare string, so a renamed class in the rules is a failing test (tests/test_stack_classes.py), not
+by a bare string, so a renamed class in the rules is a failing test (tests/unit/test_stack_classes.py), not
 a rule that silently stops matching. Labels of a collective add the op: "collective:all_reduce".
 """
 

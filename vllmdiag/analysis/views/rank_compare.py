@@ -120,7 +120,7 @@ _ONE_NUMBER = re.compile(r"([A-Za-z_]+)(0|[1-9][0-9]*)")
 def fold(names: list[str]) -> str:
     """``TP[0-2,4-7]``: ClusterShell folding when installed (the node-side collector may lack it).
     The common shape (one prefix, one unpadded number: TP0..TP7) folds here, as ClusterShell folds it
-    (tests/test_gpu_fold.py), without its ~12 ms import on every triage."""
+    (tests/unit/test_gpu_fold.py), without its ~12 ms import on every triage."""
     found = [_ONE_NUMBER.fullmatch(n) for n in names]
     if names and all(found) and len({m.group(1) for m in found if m}) == 1:
         nums = sorted({int(m.group(2)) for m in found if m})
