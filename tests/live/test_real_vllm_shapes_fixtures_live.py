@@ -85,6 +85,6 @@ def test_every_live_condition_is_judged() -> None:
     """Every condition of every shape (tests/real_vllm/shapes.py) is judged by a live test (none unplayed)."""
     from real_vllm import shapes
 
-    text = (Path(__file__).parent.parent / "test_real_vllm_shapes_live.py").read_text()
+    text = (Path(__file__).parent / "test_real_vllm_shapes_live.py").read_text()
     played = {c for s in shapes.SHAPES.values() for c in s.conditions}
     assert sorted(c for c in played if f'"{c}"' not in text) == []

@@ -12,18 +12,10 @@ gives GPU0 to TP1 and GPU1 to the unrelated process; the device nodes give the t
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-DEV_BINDS = ("null", "zero", "full", "random", "urandom", "tty")
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -109,93 +101,3 @@ def test_gate_does_not_call_unattributable_host_pids_foreign() -> None:
     assert _ours(nvml_with({0: [9000]}, {12: [0]}), procs) == {12, 9000}  # host 9000 is our worker 12
     assert _ours(nvml_with({0: [9000]}, {}), procs) == {12}  # held by nobody here: another tenant's
     assert _ours(nvml_with({0: [9000]}, None, None), procs) == {12}  # from the host: as before
-
-
-# ---- inside the pod ------------------------------------------------------------------------------
-def pod_init(tmp: Path, devices: str) -> None:
-    """PID 1 of the pod: private /dev, the orphaned engine, then the unrelated decoy; reaps forever."""
-    _private_dev(tmp)
-    engine = os.fork()
-    if engine == 0:
-        _engine(tmp, devices)
-    target = int(_wait_text(tmp / "go2"))
-    decoy = _fork_as(target, lambda: _pause("pod-sidecar-decoy"))
-    _write(tmp / "stage3", {"decoy": decoy})
-    while True:
-        try:
-            os.wait()
-        except ChildProcessError:
-            time.sleep(0.2)
-
-
-def _private_dev(tmp: Path) -> None:
-    """A /dev of our own (the mount namespace is private): the host's few nodes a process needs, a
-    tmpfs /dev/shm, and plain files named like the NVIDIA nodes (their names are all that is read)."""
-    new = tmp / "dev"
-    new.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=755", "tmpfs", str(new)], check=True)
-    for name in DEV_BINDS:
-        (new / name).touch()
-        subprocess.run(["mount", "--bind", f"/dev/{name}", str(new / name)], check=True)
-    (new / "shm").mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=1777", "tmpfs", str(new / "shm")], check=True)
-    for name in ("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"):
-        (new / name).touch()
-    os.symlink("/proc/self/fd", new / "fd")
-    subprocess.run(["mount", "--rbind", str(new), "/dev"], check=True)
-
-
-def _engine(tmp: Path, devices: str) -> None:
-    import setproctitle
-
-    setproctitle.setproctitle("VLLM::EngineCore")
-    tp0 = os.fork()
-    if tp0 == 0:
-        _worker(0, devices)
-    _write(tmp / "stage1", {"engine": os.getpid(), "tp0": tp0})
-    tp1 = _fork_as(int(_wait_text(tmp / "go1")), lambda: _worker(1, devices))
-    _write(tmp / "stage2", {"tp1": tp1})
-    _pause(None)
-
-
-def _worker(rank: int, devices: str) -> None:
-    import setproctitle
-
-    setproctitle.setproctitle(f"VLLM::Worker_TP{rank}")
-    names = ["nvidiactl", "nvidia-uvm", *([f"nvidia{rank}"] if devices == "own" else ["nvidia0", "nvidia1"])]
-    keep = [os.open(f"/dev/{n}", os.O_RDONLY) for n in names]  # held for the process's life, as CUDA does
-    _pause(None, keep)
-
-
-def _fork_as(pid: int, child: Any) -> int:
-    """Fork a child that gets `pid` in this namespace (CRIU's way: ns_last_pid, root only)."""
-    Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
-    got = os.fork()
-    if got == 0:
-        child()
-    return got
-
-
-def _pause(title: str | None, keep: list[int] | None = None) -> None:
-    if title:
-        import setproctitle
-
-        setproctitle.setproctitle(title)
-    while True:
-        signal.pause()
-
-
-def _wait_text(path: Path) -> str:
-    while not path.exists():
-        time.sleep(0.01)
-    return path.read_text()
-
-
-def _write(path: Path, obj: dict[str, int]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj))
-    tmp.rename(path)
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["pod-init"]:
-    pod_init(Path(sys.argv[2]), sys.argv[3])
