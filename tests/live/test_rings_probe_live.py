@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_rings_probe import DEV_SHM, RINGS, collect, deployment_spec  # noqa: F401 - shared with the pure half
+from test_rings_probe import DEV_SHM, RINGS, collect, deployment_spec, segments_fixture  # noqa: F401 - shared with the pure half
 
 from vllmdiag.context import Context
 from vllmdiag.model import Snapshot
