@@ -65,7 +65,8 @@ def pod(devices: str) -> Iterator[Pod]:
         assert local["tp1"] == tp0 and local["decoy"] == tp1, f"ns_last_pid did not take: {local}"
         yield Pod(init, local, {"engine": engine, "tp0": tp0, "tp1": tp1})
     finally:
-        os.killpg(launcher.pid, signal.SIGKILL)  # --kill-child takes the whole pod with it
+        with contextlib.suppress(ProcessLookupError):  # a pod that died at start: its temp dir still goes
+            os.killpg(launcher.pid, signal.SIGKILL)  # --kill-child takes the whole pod with it
         launcher.wait(timeout=10)
         shutil.rmtree(tmp, ignore_errors=True)
 
