@@ -18,8 +18,8 @@ SHARED = ROOT.parent / "shared"
 # tests/ holds the shared helpers and data; tests/unit/ the pure tests, tests/live/ the ones that start something.
 # All three on sys.path: a live module imports the helpers its pure half defines (``from test_x import ...``)
 # whichever file pytest collects first.
-for _folder in ("live", "unit", ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent / _folder) if _folder else str(Path(__file__).resolve().parent))
+_HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(_HERE), str(_HERE / "unit"), str(_HERE / "live")]
 
 
 def pytest_configure(config: pytest.Config) -> None:
